@@ -1,0 +1,1 @@
+"""The analysis app: speedup matching, figure builders, dashboard views and exports."""

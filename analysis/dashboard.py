@@ -1,0 +1,51 @@
+"""Build the context of dashboard pages from loaded rows (no queries here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis import figures
+from analysis.speedups import compute_speedups, inconsistent_gpu_tps, point_from_run
+from runs.selectors import counted_runs
+
+
+def build_sweep(sweep, runs) -> dict[str, Any]:
+    """Points, speedups, the three sweep figures and per-run table rows for a sweep page.
+
+    Only succeeded runs count; every run still gets a table row (with its state)."""
+    counted = counted_runs(runs)
+    points = [point_from_run(r) for r in counted]
+    speedups = compute_speedups(points)
+    by_point = {p["run_id"]: p for p in points}
+    sp_by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
+    rows = []
+    for r in runs:
+        sp = sp_by_run.get(r.pk)
+        rows.append({"run": r, "metrics": getattr(r, "metrics", None) if r.state == "succeeded" else None,
+                     "speedup": sp.value if sp else None, "baseline": sp.baseline_run_ids if sp else [],
+                     "speedup_reason": sp.reason if sp else ""})
+    figs = {
+        "speedup": figures.speedup_figure(speedups, by_point),
+        "throughput": figures.throughput_figure(points),
+        "acceptance": figures.acceptance_figure(points),
+    }
+    return {"points": points, "speedups": speedups, "rows": rows, "figures": figs,
+            "inconsistent_tps": inconsistent_gpu_tps(points), "n_counted": len(points)}
+
+
+def build_run(run) -> dict[str, Any]:
+    """Distribution figures of a run page (TTFT, ITL per token, ICL per chunk, tokens per chunk)."""
+    m = getattr(run, "metrics", None)
+    d = (m.distributions if m else None) or {}
+    figs = {}
+    for key, title, unit in (("ttft_ms", "TTFT", "ms"), ("itl_ms", "ITL (per token)", "ms/token"),
+                             ("icl_ms", "ICL (per chunk)", "ms"), ("tokens_per_chunk", "Tokens per chunk", "tokens")):
+        if d.get(key):
+            figs[key] = figures.distribution_figure(d[key], title, unit)
+    stats_rows = []
+    if m:
+        for name, key in (("TTFT ms", "ttft"), ("TPOT ms/token", "tpot"), ("ITL ms/token", "itl"),
+                          ("ICL ms", "icl"), ("E2EL ms", "e2el")):
+            stats_rows.append((name, [m.data.get(f"{stat}_{key}_ms") for stat in
+                                      ("mean", "median", "std", "p90", "p95", "p99")]))
+    return {"figures": figs, "stats_rows": stats_rows}

@@ -1,0 +1,124 @@
+"""Speedup matching (MEASUREMENT.md "Comparing runs"), pure functions over point dicts.
+
+A point is one succeeded run flattened by `point_from_run`. Two points are comparable when
+they differ in the decoding method only: same engine and engine version/build, model, GPUs
+(by UUID; falling back to GPU model + TP is NOT done here: within one sweep the GPUs are
+planned per TP), TP, and workload (dataset, input and output length, concurrency, request
+rate, temperature, seed). The baseline is the `auto` point(s) of that match. Repeats are
+aggregated by their median; with >= 3 repeats on both sides a 95 % bootstrap confidence
+interval of the ratio of medians is given. No baseline -> no number (None), never a guess.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MATCH_FIELDS = ("engine", "engine_version", "engine_build", "model", "gpu_uuids", "tp", "dataset", "input_len",
+                "output_len", "concurrency", "request_rate", "temperature", "seed")
+CONFIG_FIELDS = ("method", "num_speculative_tokens", "tree_budget", "drafter")
+
+
+def point_from_run(run: Any) -> dict[str, Any]:
+    """Flatten a succeeded Run with metrics into the dict the functions here use.
+
+    Output: match fields, config fields, `run_id`, `label`, `repeat_index`,
+    `output_throughput` (tok/s), `median_tpot_ms`, `acceptance_length`.
+    """
+    m = run.metrics
+    return {
+        "run_id": run.pk,
+        "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
+        "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []), "tp": run.tp,
+        "dataset": run.dataset, "input_len": run.input_len, "output_len": run.output_len,
+        "concurrency": run.concurrency, "request_rate": run.request_rate, "temperature": run.temperature,
+        "seed": run.seed, "method": run.method, "num_speculative_tokens": run.num_speculative_tokens,
+        "tree_budget": run.tree_budget, "drafter": run.drafter, "label": run.method_label,
+        "repeat_index": run.repeat_index, "output_throughput": m.output_throughput,
+        "median_tpot_ms": m.median_tpot_ms, "median_ttft_ms": m.median_ttft_ms,
+        "acceptance_length": m.acceptance_length, "acceptance_rate": m.acceptance_rate,
+        "mean_tokens_per_chunk": m.mean_tokens_per_chunk,
+    }
+
+
+def match_key(p: dict[str, Any]) -> tuple:
+    """What must be equal for two points to be compared (everything but the method)."""
+    return tuple(p[f] for f in MATCH_FIELDS)
+
+
+def config_key(p: dict[str, Any]) -> tuple:
+    """The decoding configuration of a point."""
+    return tuple(p[f] for f in CONFIG_FIELDS)
+
+
+@dataclass
+class Speedup:
+    """Speedup of one configuration over its matched `auto` baseline at one match key.
+
+    `value` = median output tok/s of the configuration / median output tok/s of the
+    baseline (for concurrency 1 this equals the TPOT ratio up to TTFT). `ci95` is the 95 %
+    bootstrap interval (None unless both sides have >= 3 repeats). `baseline_run_ids` names
+    the runs used.
+    """
+
+    label: str
+    key: tuple
+    config: tuple
+    value: float | None
+    ci95: tuple[float, float] | None
+    n_repeats: int
+    baseline_run_ids: list[int]
+    run_ids: list[int]
+    median_output_throughput: float
+    reason: str = ""
+
+
+def bootstrap_ratio_ci(num: list[float], den: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of median(num) / median(den), resampling each side."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(num, float), np.asarray(den, float)
+    ra = np.median(rng.choice(a, size=(n_boot, a.size)), axis=1)
+    rb = np.median(rng.choice(b, size=(n_boot, b.size)), axis=1)
+    ratios = ra / rb
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
+    """One Speedup per (match key, configuration), `auto` included (value 1.0 against itself).
+
+    Where a match key has no `auto` point, every configuration there gets value None and
+    reason "no matching auto baseline".
+    """
+    groups: dict[tuple, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for p in points:
+        groups[match_key(p)][config_key(p)].append(p)
+    out: list[Speedup] = []
+    for key, configs in groups.items():
+        base = [p for cfg, ps in configs.items() if cfg[0] == "auto" for p in ps]
+        base_tps = [p["output_throughput"] for p in base]
+        for cfg, ps in configs.items():
+            tps = [p["output_throughput"] for p in ps]
+            med = float(np.median(tps))
+            sp = Speedup(label=ps[0]["label"], key=key, config=cfg, value=None, ci95=None, n_repeats=len(ps),
+                         baseline_run_ids=[p["run_id"] for p in base], run_ids=[p["run_id"] for p in ps],
+                         median_output_throughput=med)
+            if not base_tps or float(np.median(base_tps)) <= 0:
+                sp.reason = "no matching auto baseline"
+            else:
+                sp.value = med / float(np.median(base_tps))
+                if len(tps) >= 3 and len(base_tps) >= 3:
+                    sp.ci95 = bootstrap_ratio_ci(tps, base_tps)
+            out.append(sp)
+    return out
+
+
+def inconsistent_gpu_tps(points: list[dict[str, Any]]) -> list[int]:
+    """TP degrees whose runs did not all use the same GPUs (DOMAIN.md: TP1 on GPU1 vs GPU0)."""
+    seen: dict[int, set] = defaultdict(set)
+    for p in points:
+        seen[p["tp"]].add(p["gpu_uuids"])
+    return sorted(tp for tp, sets in seen.items() if len(sets) > 1)

@@ -1,0 +1,18 @@
+"""Dashboard routes."""
+
+from django.urls import path
+
+from analysis import views
+
+app_name = "analysis"
+
+urlpatterns = [
+    path("", views.sweep_list, name="sweep_list"),
+    path("sweeps/<int:pk>/", views.sweep_detail, name="sweep_detail"),
+    path("sweeps/<int:pk>/data.json", views.sweep_data, name="sweep_data"),
+    path("sweeps/<int:pk>/progress.json", views.sweep_progress, name="sweep_progress"),
+    path("sweeps/<int:pk>/export.<str:fmt>", views.sweep_export, name="sweep_export"),
+    path("runs/<int:pk>/", views.run_detail, name="run_detail"),
+    path("runs/<int:pk>/progress.json", views.run_progress, name="run_progress"),
+    path("hosts/<str:name>/", views.host_detail, name="host_detail"),
+]

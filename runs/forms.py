@@ -1,0 +1,37 @@
+"""Admin forms."""
+
+from __future__ import annotations
+
+import yaml
+from django import forms
+
+from benchkit import sweepspec
+from runs.models import Host
+
+
+class InvalidateForm(forms.Form):
+    """Asks the reason for invalidating the selected runs."""
+
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), max_length=2000,
+                             help_text="Why these runs must not count (kept with the run for audit).")
+
+
+class SweepYamlForm(forms.Form):
+    """A sweep entered in the admin as the same YAML a sweeps/*.yaml file holds."""
+
+    host = forms.ModelChoiceField(queryset=Host.objects.all())
+    grid = forms.CharField(widget=forms.Textarea(attrs={"rows": 24, "cols": 100, "class": "vLargeTextField"}),
+                           help_text="Sweep YAML, as in sweeps/*.yaml.")
+    enqueue = forms.BooleanField(required=False, initial=True, help_text="Queue the runs on the host's worker now.")
+
+    def clean_grid(self):
+        """Parse and validate the YAML; the error names the field that is wrong."""
+        text = self.cleaned_data["grid"]
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise forms.ValidationError(f"not valid YAML: {exc}") from None
+        try:
+            return sweepspec.parse_sweep(data, source="admin")
+        except sweepspec.SweepError as exc:
+            raise forms.ValidationError(str(exc)) from None

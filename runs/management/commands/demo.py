@@ -1,0 +1,117 @@
+"""`python manage.py demo`: the main job on its embedded default, end to end.
+
+Migrates, makes an admin login, starts (or reuses) Redis, the web server, a Celery worker
+for this host and Celery beat, records this host's hardware inventory, builds the demo
+models, queues the demo sweep (sweeps/demo.yaml) on the real vLLM CPU server, shows a
+progress bar while the runs execute, prints what was measured, the dashboard URL and how to
+log in. Running it again reuses what exists and adds a new sweep.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from benchkit.demo_models import build_demo_models
+from benchsite import localstack
+from runs import selectors
+from runs.models import Sweep
+from runs.services import sweeps
+from runs.services.inventory import record_inventory
+
+
+class Command(BaseCommand):
+    help = "Run the demo sweep on the CPU vLLM server through Celery and print the dashboard URL."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--sweep-file", default=str(Path(settings.BASE_DIR) / "sweeps" / "demo.yaml"))
+        parser.add_argument("--web", default="127.0.0.1:8765", help="address:port of the dashboard")
+        parser.add_argument("--timeout", type=float, default=3600, help="give up waiting after this many seconds")
+        parser.add_argument("--no-wait", action="store_true", help="queue the sweep and return")
+
+    def handle(self, *args, **opts):
+        var = Path(settings.VAR_DIR)
+        out = self.stdout
+        call_command("migrate", interactive=False, verbosity=0)
+        password = self._admin_password(var)
+        host = sweeps.get_or_create_host()
+        snap = record_inventory(host)
+        out.write(f"host {host.name}: {snap.gpu_count} GPU(s) {snap.gpu_name or '(CPU only)'}")
+        models_dir = Path(settings.DRAFTBOARD_MODELS_DIR)
+        demo = build_demo_models(models_dir)
+        out.write(f"demo models (random weights) in {models_dir}")
+        try:
+            broker = localstack.ensure_redis(settings.CELERY_BROKER_URL, var)
+        except localstack.LocalStackError as exc:
+            raise CommandError(str(exc)) from None
+        out.write(f"broker {broker}")
+        for name, argv in localstack.service_argvs(host.name, opts["web"], var).items():
+            pid, started = localstack.ensure_process(name, argv, var, cwd=Path(settings.BASE_DIR))
+            out.write(f"{name}: pid {pid} ({'started' if started else 'already running, reused'})")
+        sweep = sweeps.create_sweep_from_file(
+            opts["sweep_file"], host_name=host.name,
+            substitutions={"demo_target": str(demo.target), "demo_draft": str(demo.draft)})
+        url = f"http://{opts['web']}"
+        out.write(f"sweep {sweep.pk} queued: {sweep.runs.count()} runs on queue {host.queue}")
+        if not opts["no_wait"]:
+            self._wait(sweep, opts["timeout"], var)
+            self._summary(sweep)
+        out.write("")
+        out.write(f"Dashboard: {url}/sweeps/{sweep.pk}/   (all sweeps: {url}/)")
+        out.write(f"Admin:     {url}/admin/   user: admin   password: {password}  (kept in {var / 'admin_password'})")
+        out.write("Stop the background services with: make stop")
+
+    def _admin_password(self, var: Path) -> str:
+        path = var / "admin_password"
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(12))
+            path.chmod(0o600)
+        password = path.read_text().strip()
+        User = get_user_model()
+        user, _ = User.objects.get_or_create(username="admin", defaults={"is_staff": True, "is_superuser": True})
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        return password
+
+    def _wait(self, sweep: Sweep, timeout_s: float, var: Path) -> None:
+        p = selectors.sweep_progress(sweep)
+        deadline = time.monotonic() + timeout_s
+        with tqdm(total=p["total"], unit="run", desc=f"sweep {sweep.pk}", dynamic_ncols=True) as bar:
+            while True:
+                p = selectors.sweep_progress(sweep)
+                bar.update(p["finished"] - bar.n)
+                a = p["active"]
+                bar.set_postfix_str(f"run {a['id']} {a['method']} c={a['concurrency']} {a['state']} "
+                                    f"{a['progress_done']}/{a['progress_total']} req" if a else
+                                    f"ok {p['counts']['succeeded']} failed {p['counts']['failed']}")
+                if p["finished"] >= p["total"]:
+                    return
+                if time.monotonic() > deadline:
+                    raise CommandError(f"sweep {sweep.pk} did not finish within {timeout_s:.0f} s; "
+                                       f"see {var / 'logs' / 'worker.log'}")
+                time.sleep(1.0)
+
+    def _summary(self, sweep: Sweep) -> None:
+        from analysis.dashboard import build_sweep
+
+        runs = list(selectors.sweep_runs(sweep))
+        ctx = build_sweep(sweep, runs)
+        self.stdout.write("")
+        self.stdout.write(f"{'run':>5} {'method':<16} {'conc':>4} {'state':<10} {'out tok/s':>10} {'speedup':>8} "
+                          f"{'tau':>6}")
+        for row in ctx["rows"]:
+            r, m = row["run"], row["metrics"]
+            tps = f"{m.output_throughput:.1f}" if m else ""
+            sp = f"{row['speedup']:.2f}x" if row["speedup"] is not None else ""
+            tau = f"{m.acceptance_length:.2f}" if m and m.acceptance_length is not None else ""
+            state = r.state if not r.failure_reason else f"{r.state}:{r.failure_reason}"
+            self.stdout.write(f"{r.pk:>5} {r.method_label:<16} {r.concurrency:>4} {state:<10} {tps:>10} {sp:>8} "
+                              f"{tau:>6}")

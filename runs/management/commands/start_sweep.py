@@ -1,0 +1,32 @@
+"""`python manage.py start_sweep sweeps/FILE.yaml [--host NAME] [--set key=value]`: queue a sweep."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from benchkit.sweepspec import SweepError
+from runs.services.sweeps import create_sweep_from_file
+
+
+class Command(BaseCommand):
+    help = "Create a sweep from a YAML file and queue its runs on the host's Celery queue."
+
+    def add_arguments(self, parser):
+        parser.add_argument("path")
+        parser.add_argument("--host", default=None)
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="substitute {KEY} placeholders in the file, e.g. --set model_dir=/models/x")
+        parser.add_argument("--no-enqueue", action="store_true", help="store the runs without queueing them")
+
+    def handle(self, *args, **opts):
+        subs = {}
+        for item in opts["set"]:
+            if "=" not in item:
+                raise CommandError(f"--set {item!r}: expected KEY=VALUE")
+            k, v = item.split("=", 1)
+            subs[k] = v
+        try:
+            sweep = create_sweep_from_file(opts["path"], host_name=opts["host"], substitutions=subs or None,
+                                           enqueue=not opts["no_enqueue"])
+        except (SweepError, FileNotFoundError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"sweep {sweep.pk} '{sweep.name}': {sweep.runs.count()} runs "
+                          f"{'stored' if opts['no_enqueue'] else 'queued on host.' + sweep.host.name}")

@@ -1,0 +1,1 @@
+"""Write-side business logic of the runs app (HackSoftware style: services write, selectors read)."""

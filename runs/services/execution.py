@@ -1,0 +1,165 @@
+"""Execute one queued run: claim it, hold its GPUs, call benchkit.runner, store the outcome.
+
+Slow I/O (server start, load) happens outside any transaction; the outcome is stored in one
+transaction, so a crash leaves the run `failed` with a reason and never half-stored metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from benchkit.runner import RunOutcome, execute_run
+from benchkit.specs import RunSpec
+from runs.models import Host, RequestLogBlob, Run, RunMetrics, RunState
+from runs.services import leases
+from runs.services.transitions import IllegalTransition, transition
+
+log = logging.getLogger(__name__)
+
+#: Progress is written to the run row at most this often (seconds).
+PROGRESS_MIN_INTERVAL_S = 1.0
+
+
+class _DjangoHooks:
+    """benchkit.runner hooks that write state transitions and throttled progress to the run row."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._last_progress = 0.0
+
+    def state(self, name: str, note: str = "") -> None:
+        """Move the run to benchkit's phase `name` (preflight, starting, warming, measuring, stopping)."""
+        if self.run.state != name:
+            transition(self.run, name, note=note)
+
+    def progress(self, done: int, total: int) -> None:
+        """Record `done` of `total` measured requests, at most once per PROGRESS_MIN_INTERVAL_S."""
+        now = time.monotonic()
+        if done < total and now - self._last_progress < PROGRESS_MIN_INTERVAL_S:
+            return
+        self._last_progress = now
+        Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
+
+    def renew(self) -> None:
+        """Extend this run's GPU leases (called periodically while the run is alive)."""
+        leases.renew(self.run)
+
+
+def execute(run_id: int) -> Run:
+    """Execute queued run `run_id` to a terminal state and return it.
+
+    Claims the run atomically (queued -> preflight); if another worker already claimed it, or
+    it is not queued, returns it untouched. A quarantined host fails the run with
+    `host_quarantined`; GPUs held by another run fail it with `gpu_busy`. Never raises for a
+    benchmark failure: those end as state `failed` with `failure_reason`.
+    """
+    run = Run.objects.select_related("host").get(pk=run_id)
+    if run.state != RunState.QUEUED:
+        log.info("run %s is %s, not queued: nothing to do", run.pk, run.state)
+        return run
+    try:
+        transition(run, RunState.PREFLIGHT, note="claimed by worker")
+    except IllegalTransition:
+        return Run.objects.get(pk=run_id)
+    host: Host = run.host
+    host.refresh_from_db()
+    if host.quarantined:
+        return transition(run, RunState.FAILED, failure_reason="host_quarantined",
+                          failure_message=f"host {host.name} is quarantined: {host.quarantine_reason}")
+    spec = RunSpec.from_dict(run.spec)
+    try:
+        leases.acquire(run, [g.uuid for g in spec.gpus], ttl_s=spec.limits.run_timeout_s)
+    except leases.GpusBusy as exc:
+        return transition(run, RunState.FAILED, failure_reason="gpu_busy", failure_message=str(exc))
+    try:
+        workdir = Path(settings.DRAFTBOARD_RUNS_DIR) / f"run-{run.pk}"
+        hooks = _DjangoHooks(run)
+        try:
+            outcome = execute_run(spec, hooks, workdir)
+        except Exception as exc:  # a bug in our own code: still end failed, never stuck
+            log.exception("run %s crashed", run.pk)
+            outcome = RunOutcome(ok=False, reason="internal_error", message=f"{type(exc).__name__}: {exc}")
+        run.refresh_from_db()
+        return store_outcome(run, outcome)
+    finally:
+        leases.release(run)
+
+
+def store_outcome(run: Run, outcome: RunOutcome) -> Run:
+    """Write a finished run's outcome in one transaction and move it to succeeded or failed.
+
+    Metrics are stored only for a successful outcome; a failed one keeps its reason, message,
+    argv, log tail and raw request logs (for audit), never metrics. If the teardown left
+    processes behind, the host is quarantined.
+    """
+    common = dict(
+        argv=outcome.argv,
+        server_env=outcome.env,
+        server_log_tail=outcome.server_log_tail[-20000:],
+        engine_version=outcome.engine_version,
+        engine_commit=outcome.engine_commit,
+        suspect=bool(outcome.suspect_reasons),
+        suspect_reasons=outcome.suspect_reasons,
+    )
+    with transaction.atomic():
+        if outcome.logs is not None:
+            from benchkit.logs import encode_logs
+
+            RequestLogBlob.objects.update_or_create(
+                run=run,
+                defaults=dict(
+                    data=encode_logs(outcome.logs),
+                    n_requests=len(outcome.logs),
+                    n_warmup=sum(1 for r in outcome.logs if r.warmup),
+                    window_start_ns=outcome.window_start_ns,
+                    window_end_ns=outcome.window_end_ns,
+                ),
+            )
+        if outcome.ok:
+            RunMetrics.objects.update_or_create(run=run, defaults=metrics_fields(outcome.metrics_flat,
+                                                                                 outcome.spec_decode,
+                                                                                 outcome.distributions))
+            if run.state != RunState.STOPPING:
+                raise IllegalTransition(f"run {run.pk} succeeded while in state {run.state}")
+            run = transition(run, RunState.SUCCEEDED, **common)
+        else:
+            run = transition(run, RunState.FAILED, failure_reason=outcome.reason,
+                             failure_message=outcome.message[:5000], **common)
+        if outcome.teardown and not outcome.teardown.get("clean", True):
+            Host.objects.filter(pk=run.host_id).update(
+                quarantined=True, quarantined_at=timezone.now(),
+                quarantine_reason=f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}")
+    return run
+
+
+def metrics_fields(flat: dict, spec_decode: dict | None, distributions: dict | None) -> dict:
+    """Column values of a RunMetrics row from `RunMetrics.to_flat()` output and spec-decode deltas."""
+    spec_decode = spec_decode or {}
+    return dict(
+        completed=flat["completed"],
+        failed=flat["failed"],
+        error_rate=flat["error_rate"],
+        duration_s=flat["duration"],
+        output_throughput=flat["output_throughput"],
+        request_throughput=flat["request_throughput"],
+        total_token_throughput=flat["total_token_throughput"],
+        goodput=flat.get("goodput"),
+        mean_ttft_ms=flat.get("mean_ttft_ms"),
+        median_ttft_ms=flat.get("median_ttft_ms"),
+        median_tpot_ms=flat.get("median_tpot_ms"),
+        median_itl_ms=flat.get("median_itl_ms"),
+        median_icl_ms=flat.get("median_icl_ms"),
+        median_e2el_ms=flat.get("median_e2el_ms"),
+        mean_tokens_per_chunk=flat.get("mean_tokens_per_chunk"),
+        acceptance_length=spec_decode.get("acceptance_length"),
+        acceptance_rate=spec_decode.get("acceptance_rate"),
+        spec_decode=spec_decode,
+        data=flat,
+        distributions=distributions or {},
+    )

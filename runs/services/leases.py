@@ -1,0 +1,52 @@
+"""GPU reservations in the database: two runs never hold the same GPU at once.
+
+A lease row is unique per (host, GPU UUID), so the database refuses a second holder even
+with several workers on one host. Leases carry an expiry that the holder renews while alive;
+a worker that crashes leaves leases that expire, and `acquire` deletes expired ones first.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runs.models import GpuLease, Run
+
+#: How long a lease lives past its last renewal (seconds) beyond the run's own time limit.
+GRACE_S = 300
+
+
+class GpusBusy(Exception):
+    """Another live run holds at least one of the requested GPUs."""
+
+
+def acquire(run: Run, gpu_uuids: list[str], ttl_s: float) -> None:
+    """Lease every GPU in `gpu_uuids` to `run` for `ttl_s` + GRACE_S seconds, all or none.
+
+    Raises GpusBusy naming the GPUs and holding runs when any is held by an unexpired lease.
+    """
+    if not gpu_uuids:
+        return
+    now = timezone.now()
+    expires = now + timedelta(seconds=ttl_s + GRACE_S)
+    try:
+        with transaction.atomic():
+            GpuLease.objects.filter(host=run.host, gpu_uuid__in=gpu_uuids, expires_at__lt=now).delete()
+            GpuLease.objects.bulk_create(
+                [GpuLease(host=run.host, gpu_uuid=u, run=run, expires_at=expires) for u in gpu_uuids]
+            )
+    except IntegrityError:
+        held = GpuLease.objects.filter(host=run.host, gpu_uuid__in=gpu_uuids).values_list("gpu_uuid", "run_id")
+        raise GpusBusy("GPUs held by other runs: " + ", ".join(f"{u} (run {r})" for u, r in held)) from None
+
+
+def renew(run: Run, ttl_s: float = 3600) -> None:
+    """Push the expiry of `run`'s leases to now + ttl_s + GRACE_S."""
+    GpuLease.objects.filter(run=run).update(expires_at=timezone.now() + timedelta(seconds=ttl_s + GRACE_S))
+
+
+def release(run: Run) -> None:
+    """Drop every lease `run` holds."""
+    GpuLease.objects.filter(run=run).delete()

@@ -1,0 +1,106 @@
+"""Create sweeps from sweep files and enqueue their runs on the host's queue."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from benchkit import allocation, sweepspec
+from benchkit.inventory import HostInventory
+from benchkit.specs import GpuRef, RunSpec
+from runs.models import Host, Run, Sweep
+from runs.services.inventory import latest_inventory
+
+
+def get_or_create_host(name: str | None = None) -> Host:
+    """The Host row for `name` (default: settings.DRAFTBOARD_HOST), created on first use."""
+    host, _ = Host.objects.get_or_create(name=name or settings.DRAFTBOARD_HOST)
+    return host
+
+
+def _gpu_assigner(inventory: HostInventory | None, tps: list[int]):
+    """Give every run of one TP degree the same topology-aware GPU set (benchkit.allocation).
+
+    Returns None on a host without GPUs (CPU servers take no GPUs)."""
+    if inventory is None or not inventory.gpus:
+        return None
+    plan = allocation.plan_sweep_gpus(inventory, sorted(set(tps)))
+    by_index = {g.index: g for g in inventory.gpus}
+
+    def assign(tp: int) -> list[GpuRef]:
+        return [
+            GpuRef(index=i, uuid=by_index[i].uuid, pci_bus_id=by_index[i].pci_bus_id or "",
+                   numa_node=by_index[i].numa_node if by_index[i].numa_node is not None else -1,
+                   name=by_index[i].name or "")
+            for i in plan[tp]
+        ]
+
+    return assign
+
+
+def point_hash(spec: RunSpec) -> str:
+    """sha256 hex of benchkit.sweepspec.point_key (the canonical JSON of the point): the
+    run's natural key within a sweep, short enough for an index."""
+    return hashlib.sha256(sweepspec.point_key(spec).encode()).hexdigest()
+
+
+def run_fields(spec: RunSpec) -> dict:
+    """Run columns copied from a RunSpec (what the dashboard filters and groups on)."""
+    s, w = spec.server, spec.workload
+    numa = {g.numa_node for g in spec.gpus if g.numa_node >= 0}
+    return dict(
+        engine=s.engine, engine_build=s.engine_build, model=s.model, drafter=s.drafter,
+        is_demo_model=s.is_demo_model, method=s.method, num_speculative_tokens=s.num_speculative_tokens,
+        tree_budget=s.tree_budget, tp=s.tp, gpus=[g.__dict__ for g in spec.gpus],
+        gpus_cross_numa=len(numa) > 1, concurrency=w.concurrency, request_rate=w.request_rate,
+        input_len=w.input_len, output_len=w.output_len, num_prompts=w.num_prompts,
+        dataset=w.dataset if w.dataset == "random" else f"{w.dataset}:{w.dataset_path}",
+        temperature=w.temperature, seed=w.seed, repeat_index=spec.repeat_index,
+    )
+
+
+def create_sweep(spec: sweepspec.SweepSpec, host: Host, source: str, enqueue: bool = True) -> Sweep:
+    """Store `spec` as a Sweep with one queued Run per grid point and enqueue them on commit.
+
+    GPUs are planned from the host's latest hardware snapshot (every run of one TP degree
+    gets the same GPUs). Raises sweepspec.SweepError when placeholders are left unresolved
+    and allocation.AllocationError when the host has too few GPUs; nothing is stored then.
+    """
+    left = spec.placeholders()
+    if left:
+        raise sweepspec.SweepError(spec.source, None, "", "unresolved placeholders: "
+                                   + ", ".join("{" + p + "}" for p in sorted(left)))
+    inventory = latest_inventory(host)
+    runspecs = spec.expand(assign_gpus=_gpu_assigner(inventory, spec.grid["tp"]))
+    is_demo = any(r.server.is_demo_model for r in runspecs)
+    with transaction.atomic():
+        sweep = Sweep.objects.create(name=spec.name, description=spec.description, host=host, source=source,
+                                     spec=spec.to_dict(), is_demo=is_demo)
+        runs = Run.objects.bulk_create([
+            Run(sweep=sweep, host=host, point_key=point_hash(r), spec=r.to_dict(), **run_fields(r))
+            for r in runspecs
+        ])
+        if enqueue:
+            ids = [r.pk for r in Run.objects.filter(sweep=sweep).order_by("id")]
+            transaction.on_commit(lambda: enqueue_runs(ids, host.queue))
+    assert len(runs) == len(runspecs)
+    return sweep
+
+
+def create_sweep_from_file(path: str | Path, host_name: str | None = None,
+                           substitutions: dict[str, str] | None = None, enqueue: bool = True) -> Sweep:
+    """Parse the sweep file at `path` with `{name}` placeholders replaced from `substitutions`
+    and call create_sweep. Raises sweepspec.SweepError naming the file, line and field."""
+    spec = sweepspec.load_sweep_file(Path(path), variables=substitutions)
+    return create_sweep(spec, get_or_create_host(host_name), source=str(path), enqueue=enqueue)
+
+
+def enqueue_runs(run_ids: list[int], queue: str) -> None:
+    """Send one execute_run task per id to `queue` (call only after the rows are committed)."""
+    from runs.tasks import execute_run_task
+
+    for run_id in run_ids:
+        execute_run_task.apply_async(args=[run_id], queue=queue)

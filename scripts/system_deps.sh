@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# System packages and services the tests need, installed/started only when missing.
+# - Debian's chromium (headless browser tests; Playwright drives /usr/bin/chromium).
+# - PostgreSQL and Redis are started before every session and CI on this project's machines;
+#   if one has stopped, start it again with its usual command.
+set -uo pipefail
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing Debian chromium for the browser tests"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || { echo "ERROR: could not install chromium (apt-get)"; exit 1; }
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  if command -v redis-server >/dev/null 2>&1; then
+    echo "starting redis-server on 127.0.0.1:6379"
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+      --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  fi
+fi
+if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+  fi
+fi
+exit 0

@@ -1,0 +1,240 @@
+"""A real HTTP server that streams like vLLM's OpenAI-compatible server, with set timings.
+
+It listens on 127.0.0.1 (a free port) in a background thread (aiohttp, its own event loop) and
+answers `POST /v1/completions` and `POST /v1/chat/completions` with Server-Sent Events in vLLM's
+shapes (`vllm/entrypoints/openai/completion/serving.py`): one chunk per message, the cumulative
+`usage` on every chunk when the client asks for `continuous_usage_stats`, a final usage-only
+chunk (`choices: []`) when it asks for `include_usage`, then `data: [DONE]`. It also answers
+`POST /tokenize`, `POST /detokenize` (one token per character; token id = code point; BOS id 1
+when `bos`), `GET /health` and `GET /v1/models`.
+
+What a test sets (`SyntheticConfig`): TTFT, the gap between messages and tokens per message
+(message j of a request is sent at receipt + ttft_ms + j * gap_ms, on an absolute schedule),
+whether usage is reported, reasoning deltas (chat), and per-request failures keyed by arrival
+order (0-based count of generation requests): `http_500`, `hang` (no answer for `hang_s`),
+`no_tokens` (200 with no output token), `early_eos` (stops after `early_eos_tokens`),
+`stream_error` (one token, then an in-stream error object), `drop` (closes the connection
+mid-stream).
+
+Usage::
+
+    with SyntheticServer(SyntheticConfig(ttft_ms=50, gap_ms=20, tokens_per_message=3)) as url:
+        ...  # url == "http://127.0.0.1:PORT"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import string
+import threading
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+FAILURE_MODES = ("http_500", "hang", "no_tokens", "early_eos", "stream_error", "drop")
+BOS_ID = 1
+
+
+@dataclass
+class SyntheticConfig:
+    """Behaviour of a SyntheticServer (times in ms, counts in tokens).
+
+    `usage`: "continuous" (honour include_usage and continuous_usage_stats), "final" (honour
+    include_usage only: one final usage-only message) or "none" (never send usage).
+    `first_message_tokens`: tokens in the first message (None: `tokens_per_message`).
+    `reasoning_tokens`: on the chat API, the first this many output tokens are sent as reasoning
+    deltas in field `reasoning_field`. `failures`: arrival ordinal -> one of FAILURE_MODES.
+    `tokenizer`: "char" (one token per character) or "none" (no /tokenize, /detokenize: 404).
+    """
+
+    ttft_ms: float = 20.0
+    gap_ms: float = 10.0
+    tokens_per_message: int = 1
+    first_message_tokens: int | None = None
+    usage: str = "continuous"
+    reasoning_tokens: int = 0
+    reasoning_field: str = "reasoning"
+    failures: dict[int, str] = field(default_factory=dict)
+    early_eos_tokens: int = 1
+    hang_s: float = 30.0
+    tokenizer: str = "char"
+    bos: bool = False
+    model: str = "synthetic"
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.failures.items() if v not in FAILURE_MODES}
+        if bad:
+            raise ValueError(f"SyntheticConfig.failures: unknown mode(s) {bad}; expected {FAILURE_MODES}")
+        if self.usage not in ("continuous", "final", "none"):
+            raise ValueError(f"SyntheticConfig.usage must be continuous, final or none, got {self.usage!r}")
+
+
+def _sse(obj: dict | str) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class SyntheticServer:
+    """The server. `start() -> base_url`, `stop()`, or use it as a context manager.
+
+    `requests` lists (path, JSON body) of every generation request received, in arrival order.
+    """
+
+    def __init__(self, config: SyntheticConfig | None = None):
+        self.config = config or SyntheticConfig()
+        self.requests: list[tuple[str, dict]] = []
+        self.base_url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> str:
+        """Start listening; returns the base URL ("http://127.0.0.1:PORT")."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="synthetic-server", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(timeout=30)
+        return self.base_url
+
+    async def _astart(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._generate)
+        app.router.add_post("/v1/chat/completions", self._generate)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        if self.config.tokenizer == "char":
+            app.router.add_post("/tokenize", self._tokenize)
+            app.router.add_post("/detokenize", self._detokenize)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.2, access_log=None)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    def stop(self) -> None:
+        """Stop the server and its thread (hanging handlers are cancelled)."""
+        if self._loop is None:
+            return
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
+        asyncio.run_coroutine_threadsafe(self._cancel_rest(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+        self._loop = None
+
+    @staticmethod
+    async def _cancel_rest() -> None:
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- handlers ------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.config.model, "object": "model"}]})
+
+    def _ids(self, text: str, special: bool) -> list[int]:
+        return ([BOS_ID] if special and self.config.bos else []) + [ord(c) for c in text]
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        ids = self._ids(body["prompt"], body.get("add_special_tokens", True))
+        return web.json_response({"count": len(ids), "max_model_len": 1 << 20, "tokens": ids})
+
+    async def _detokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"prompt": "".join(chr(t) for t in body["tokens"] if t != BOS_ID)})
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        with self._lock:
+            ordinal = len(self.requests)
+            self.requests.append((request.path, body))
+        cfg = self.config
+        mode = cfg.failures.get(ordinal)
+        if mode == "http_500":
+            return web.json_response({"object": "error", "message": "synthetic failure", "code": 500}, status=500)
+        if mode == "hang":
+            await asyncio.sleep(cfg.hang_s)
+            return web.json_response({"object": "error", "message": "hung"}, status=504)
+
+        if chat:
+            prompt_tokens = sum(len(m.get("content") or "") for m in body.get("messages", []))
+        else:
+            prompt_tokens = len(self._ids(body.get("prompt", ""), True))
+        n_out = int(body.get("max_tokens", 16))
+        if mode == "no_tokens":
+            n_out = 0
+        elif mode in ("early_eos", "stream_error", "drop"):
+            n_out = min(n_out, cfg.early_eos_tokens if mode == "early_eos" else 1)
+        opts = body.get("stream_options") or {}
+        final_usage = cfg.usage != "none" and bool(opts.get("include_usage"))
+        cont_usage = cfg.usage == "continuous" and final_usage and bool(opts.get("continuous_usage_stats"))
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(text: str, reasoning: bool, cum: int, finish: str | None) -> dict:
+            if chat:
+                delta = {cfg.reasoning_field: text} if reasoning else {"content": text}
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": finish}
+            msg = {"id": f"cmpl-{ordinal}", "object": obj, "model": cfg.model, "choices": [choice]}
+            if cont_usage:
+                msg["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": cum,
+                                "total_tokens": prompt_tokens + cum}
+            return msg
+
+        if chat:  # vLLM's first chat chunk: the role, no token
+            first = chunk("", False, 0, None)
+            first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+            await resp.write(_sse(first))
+        sent, j = 0, 0
+        letters = string.ascii_lowercase
+        while sent < n_out:
+            k = cfg.tokens_per_message if (j > 0 or cfg.first_message_tokens is None) else cfg.first_message_tokens
+            k = min(k, n_out - sent)
+            due = t0 + (cfg.ttft_ms + j * cfg.gap_ms) / 1000.0
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            reasoning = chat and sent < cfg.reasoning_tokens
+            text = "".join(letters[(sent + i) % 26] for i in range(k))
+            sent += k
+            finish = ("stop" if mode == "early_eos" else "length") if sent == n_out else None
+            await resp.write(_sse(chunk(text, reasoning, sent, finish)))
+            j += 1
+            if mode == "stream_error":
+                await resp.write(_sse({"error": {"message": "synthetic in-stream error", "code": 500}}))
+                break
+            if mode == "drop":
+                request.transport.close()
+                return resp
+        if final_usage:
+            await resp.write(_sse({"id": f"cmpl-{ordinal}", "object": obj, "model": cfg.model, "choices": [],
+                                   "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
+                                             "total_tokens": prompt_tokens + sent}}))
+        await resp.write(_sse("[DONE]"))
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,189 @@
+"""The load client against a real HTTP server whose timings and failures the test sets.
+
+Exact assertions on counts (completed, failed, n, tokens per chunk); latency values only with
+one-sided bounds the server guarantees (it never sends early) or loose tolerances for scheduler
+jitter on a busy 2-core machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchkit.logs import decode_logs, encode_logs
+from benchkit.loadgen import arrival_offsets_s, run_load_sync
+from benchkit.metrics import compute_run_metrics, request_metrics
+from benchkit.specs import WorkloadSpec
+from benchkit.workloads import Prompt
+from tests.synthetic_server import SyntheticConfig, SyntheticServer
+
+
+def prompts(n: int, output_len: int = 12) -> list[Prompt]:
+    return [Prompt(f"prompt number {i} " * 3, 54, output_len) for i in range(n)]
+
+
+def test_closed_loop_exact_counts_and_timings():
+    cfg = SyntheticConfig(ttft_ms=60, gap_ms=20, tokens_per_message=3)
+    wl = WorkloadSpec(num_prompts=6, concurrency=2, output_len=12, temperature=0.5, seed=7)
+    server = SyntheticServer(cfg)
+    with server as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(8))
+    assert [log.warmup for log in res.logs] == [True, True] + [False] * 6
+    measured = res.logs[2:]
+    assert res.window_start_ns == min(log.send_ns for log in measured)
+    assert res.window_end_ns == max(log.end_ns for log in measured)
+    assert all(log.send_ns >= max(w.end_ns for w in res.logs[:2]) for log in measured)  # warmup finished first
+    m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
+    assert (m.completed, m.failed) == (6, 0)
+    assert m.total_output_tokens == 6 * 12
+    assert m.total_input_tokens == 6 * len(prompts(1)[0].text)  # server counts 1 token per character
+    assert m.mean_tokens_per_chunk == 3.0
+    assert not m.output_tokens_from_text
+    for log in measured:
+        rm = request_metrics(log)
+        assert rm.tokens_per_chunk == [3, 3, 3, 3]
+        assert rm.n_output_tokens == 12 and rm.n_from_server
+        assert rm.ttft_ms >= 60.0  # the server never sends before its TTFT
+        assert rm.e2el_ms >= 60.0 + 3 * 20.0
+    # every chunk holds 3 tokens, so each ITL sample is its gap / 3 and the medians agree exactly
+    assert m.itl.median == pytest.approx(m.icl.median / 3)
+    assert m.icl.median == pytest.approx(20.0, abs=8.0)
+    assert m.ttft.median == pytest.approx(60.0, abs=30.0)
+    bodies = [body for _, body in server.requests]
+    assert len(bodies) == 8
+    for body in bodies:
+        assert body["stream"] is True and body["max_tokens"] == 12 and body["ignore_eos"] is True
+        assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+        assert body["temperature"] == 0.5 and body["seed"] == 7 and body["model"] == "synthetic"
+    assert [log.events[-1].kind for log in measured] == ["usage"] * 6
+
+
+def test_failures_are_recorded_not_raised():
+    failures = {2: "http_500", 3: "hang", 4: "no_tokens", 5: "stream_error", 6: "drop", 7: "early_eos"}
+    cfg = SyntheticConfig(ttft_ms=5, gap_ms=5, tokens_per_message=2, failures=failures, hang_s=20,
+                          early_eos_tokens=4)
+    wl = WorkloadSpec(num_prompts=7, concurrency=1, output_len=10)
+    with SyntheticServer(cfg) as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(8, 10), request_timeout_s=1.0)
+    by_index = {log.index: log for log in res.logs}
+    assert by_index[2].error.startswith("http 500")
+    assert by_index[3].error == "timeout after 1.0 s"
+    assert by_index[4].ok and by_index[4].completion_tokens == 0
+    assert by_index[5].error.startswith("stream error: synthetic in-stream error")
+    assert by_index[6].error.startswith("transport: ")
+    assert by_index[7].ok and by_index[7].completion_tokens == 4
+    m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
+    # completed: index 1 (normal) and 7 (early EOS, 4 tokens); failed: 2, 3, 4 (zero tokens), 5, 6
+    assert (m.completed, m.failed) == (2, 5)
+    assert m.error_rate == pytest.approx(5 / 7)
+    assert m.total_output_tokens == 10 + 4
+    assert decode_logs(encode_logs(res.logs)) == res.logs
+
+
+@pytest.mark.parametrize("usage", ["final", "none"])
+def test_tokens_from_text_when_no_continuous_usage(usage):
+    cfg = SyntheticConfig(ttft_ms=5, gap_ms=5, tokens_per_message=3, usage=usage)
+    wl = WorkloadSpec(num_prompts=2, concurrency=1, output_len=9)
+    with SyntheticServer(cfg) as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(3, 9))
+    m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
+    assert m.completed == 2 and m.output_tokens_from_text is True
+    for log in res.logs[1:]:
+        assert log.tokens_from_text
+        assert [e.tokens for e in log.events if e.kind == "content"] == [1, 1, 1]  # one per non-empty message
+        if usage == "final":
+            assert log.completion_tokens == 9 and request_metrics(log).n_output_tokens == 9
+        else:
+            assert log.completion_tokens is None and request_metrics(log).n_output_tokens == 3
+
+
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_chat_reasoning_tokens_count(field):
+    cfg = SyntheticConfig(ttft_ms=30, gap_ms=10, tokens_per_message=3, reasoning_tokens=6, reasoning_field=field)
+    wl = WorkloadSpec(num_prompts=2, concurrency=1, output_len=12)
+    server = SyntheticServer(cfg)
+    with server as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(3), api="chat")
+    assert all(path == "/v1/chat/completions" for path, _ in server.requests)
+    assert server.requests[0][1]["messages"] == [{"role": "user", "content": prompts(1)[0].text}]
+    for log in res.logs[1:]:
+        kinds = [(e.kind, e.tokens) for e in log.events]
+        # role-only first chunk (0 tokens), 2 reasoning chunks, 2 content chunks, final usage
+        assert kinds == [("content", 0), ("reasoning", 3), ("reasoning", 3), ("content", 3), ("content", 3),
+                         ("usage", 0)]
+        rm = request_metrics(log)
+        assert rm.n_output_tokens == 12
+        assert rm.ttft_ms == (log.events[1].t_ns - log.send_ns) / 1e6  # first reasoning chunk, not the role chunk
+        assert rm.ttft_ms >= 30.0
+
+
+def test_progress_and_window_start_callbacks():
+    calls = []
+    server = SyntheticServer(SyntheticConfig(ttft_ms=1, gap_ms=1))
+
+    def on_window_start():
+        calls.append(("window", len(server.requests)))
+
+    wl = WorkloadSpec(num_prompts=4, concurrency=2, output_len=3)
+    with server as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(6), progress=lambda d, t: calls.append((d, t)),
+                            on_window_start=on_window_start)
+    # called after the 2 warmup requests, before any measured one; progress counts measured requests only
+    assert calls == [("window", 2)] + [(i, 4) for i in range(1, 5)]
+    assert len(res.logs) == 6
+
+
+def test_open_loop_follows_the_schedule():
+    wl = WorkloadSpec(num_prompts=8, concurrency=8, output_len=2, request_rate=40.0, burstiness=1.0, seed=3)
+    with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=2)) as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(16))
+    offsets = arrival_offsets_s(8, 40.0, 1.0, 3)
+    sends = [log.send_ns for log in res.logs[8:]]
+    assert sends == sorted(sends)
+    # each send waits for its absolute due time: gaps from the first send never fall short of the schedule
+    # by more than the first send's own lateness (bounded here by 20 ms)
+    for s, off in zip(sends, offsets):
+        assert (s - sends[0]) / 1e9 >= off - 0.02
+    assert res.achieved_rate_req_s == pytest.approx(7 / offsets[-1], rel=0.3)
+
+
+def test_arrival_offsets():
+    a = arrival_offsets_s(20000, 10.0, 1.0, seed=1)
+    assert a == arrival_offsets_s(20000, 10.0, 1.0, seed=1)
+    assert a != arrival_offsets_s(20000, 10.0, 1.0, seed=2)
+    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:]))
+    gaps = np.diff(a)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)  # Poisson: CV = 1
+    bursty = np.diff(arrival_offsets_s(20000, 10.0, 0.25, seed=1))
+    assert bursty.mean() == pytest.approx(0.1, rel=0.05)
+    assert bursty.std() / bursty.mean() == pytest.approx(2.0, rel=0.1)  # gamma: CV = 1/sqrt(shape)
+    with pytest.raises(ValueError):
+        arrival_offsets_s(3, 0.0, 1.0, 0)
+
+
+def test_bad_arguments():
+    wl = WorkloadSpec(num_prompts=4, concurrency=2)
+    with pytest.raises(ValueError, match="6 \\(2 warmup \\+ 4 measured"):
+        run_load_sync("http://127.0.0.1:9", "m", wl, prompts=prompts(5))
+    with pytest.raises(ValueError, match="api must be one of"):
+        run_load_sync("http://127.0.0.1:9", "m", wl, prompts=prompts(6), api="responses")
+
+
+def test_unreachable_server_fails_every_request():
+    wl = WorkloadSpec(num_prompts=2, concurrency=1)
+    with SyntheticServer() as url:
+        pass  # started and stopped: the port is now closed
+    res = run_load_sync(url, "m", wl, prompts=prompts(3), request_timeout_s=5.0)
+    assert all(not log.ok and log.error.startswith("transport: ConnectError") for log in res.logs)
+    m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
+    assert (m.completed, m.failed) == (0, 2)
+
+
+def test_prompts_built_from_the_server_tokenizer():
+    wl = WorkloadSpec(num_prompts=3, concurrency=1, input_len=40, output_len=4)
+    with SyntheticServer(SyntheticConfig(ttft_ms=1, gap_ms=1, bos=True)) as url:
+        res = run_load_sync(url, "synthetic", wl)
+    assert res.prompts_flagged_approx is False
+    assert [log.prompt_tokens for log in res.logs] == [40] * 4
+    assert [log.input_len for log in res.logs] == [40] * 4
