@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from benchkit.allocation import inconsistent_tp_gpus
+
 MATCH_FIELDS = ("engine", "engine_version", "engine_build", "model", "gpu_uuids", "tp", "dataset", "input_len",
                 "output_len", "concurrency", "request_rate", "temperature", "seed")
 CONFIG_FIELDS = ("method", "num_speculative_tokens", "tree_budget", "drafter")
@@ -117,8 +119,6 @@ def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
 
 
 def inconsistent_gpu_tps(points: list[dict[str, Any]]) -> list[int]:
-    """TP degrees whose runs did not all use the same GPUs (DOMAIN.md: TP1 on GPU1 vs GPU0)."""
-    seen: dict[int, set] = defaultdict(set)
-    for p in points:
-        seen[p["tp"]].add(p["gpu_uuids"])
-    return sorted(tp for tp, sets in seen.items() if len(sets) > 1)
+    """TP degrees whose runs did not all use the same GPUs (DOMAIN.md: TP1 on GPU1 vs GPU0);
+    see benchkit.allocation.inconsistent_tp_gpus."""
+    return inconsistent_tp_gpus([(p["tp"], list(p["gpu_uuids"])) for p in points])

@@ -59,7 +59,7 @@ class Allocation:
         buses = self.pci_bus_ids or [""] * len(self.indices)
         return [
             GpuRef(index=i, uuid=u, pci_bus_id=b, numa_node=n)
-            for i, u, b, n in zip(self.indices, self.uuids, buses, self.numa_nodes)
+            for i, u, b, n in zip(self.indices, self.uuids, buses, self.numa_nodes, strict=True)
         ]
 
     @property
@@ -82,8 +82,13 @@ class _HostView:
 def _view(source: HostInventory | TopoMatrix) -> _HostView:
     if isinstance(source, TopoMatrix):
         idx = source.indices
-        return _HostView(idx, {i: "" for i in idx}, {i: "" for i in idx},
-                         {i: source.numa_affinity.get(i, -1) for i in idx}, source)
+        return _HostView(
+            idx,
+            {i: "" for i in idx},
+            {i: "" for i in idx},
+            {i: source.numa_affinity.get(i, -1) for i in idx},
+            source,
+        )
     if isinstance(source, HostInventory):
         idx = sorted(g.index for g in source.gpus)
         return _HostView(
@@ -110,7 +115,7 @@ def _describe(view: _HostView, group: Sequence[int], island_of: dict[int, int]) 
     crosses_island = len(group) > 1 and bool(island_of) and len(islands) > 1 and islands != {None}
     worst = ""
     if view.topology is not None and len(group) > 1:
-        pairs = [view.topology.links[(a, b)] for k, a in enumerate(group) for b in group[k + 1:]]
+        pairs = [view.topology.links[(a, b)] for k, a in enumerate(group) for b in group[k + 1 :]]
         worst = min(pairs, key=link_quality)
     return crosses_numa, crosses_island, worst
 
@@ -127,7 +132,7 @@ def _candidates(free: list[int], n: int) -> Iterable[tuple[int, ...]]:
 
     if comb(len(free), n) <= MAX_COMBINATIONS:
         return itertools.combinations(free, n)
-    return [tuple(free[k:k + n]) for k in range(len(free) - n + 1)]
+    return [tuple(free[k : k + n]) for k in range(len(free) - n + 1)]
 
 
 def _make(view: _HostView, group: Sequence[int], reason: str, island_of: dict[int, int]) -> Allocation:

@@ -38,13 +38,15 @@ def _probe_torch(alloc_mib: int) -> dict[str, Any]:
         torch.cuda.synchronize(i)
         uuid = getattr(props, "uuid", None)
         uuid_text = f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else uuid
-        devices.append({
-            "index": i,
-            "name": props.name,
-            "uuid": str(uuid_text) if uuid_text is not None else None,
-            "total_mib": props.total_memory >> 20,
-            "alloc_mib": alloc_mib,
-        })
+        devices.append(
+            {
+                "index": i,
+                "name": props.name,
+                "uuid": str(uuid_text) if uuid_text is not None else None,
+                "total_mib": props.total_memory >> 20,
+                "alloc_mib": alloc_mib,
+            }
+        )
         del x
     return {"backend": "torch", "device_count": n, "devices": devices}
 
@@ -89,15 +91,23 @@ def _probe_driver(alloc_mib: int) -> dict[str, Any]:
             check(cuda.cuCtxSetCurrent(ctx), f"cuCtxSetCurrent({i})")
             ptr = ctypes.c_uint64()
             check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(alloc_mib << 20)), f"cuMemAlloc({i})")
-            check(cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(1), ctypes.c_size_t(alloc_mib << 20)), f"cuMemsetD8({i})")
+            check(
+                cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(1), ctypes.c_size_t(alloc_mib << 20)),
+                f"cuMemsetD8({i})",
+            )
             check(cuda.cuCtxSynchronize(), f"cuCtxSynchronize({i})")
             check(cuda.cuMemFree_v2(ptr), f"cuMemFree({i})")
         finally:
             cuda.cuDevicePrimaryCtxRelease_v2(dev)
-        devices.append({
-            "index": i, "name": name.value.decode(), "uuid": uuid,
-            "total_mib": total.value >> 20, "alloc_mib": alloc_mib,
-        })
+        devices.append(
+            {
+                "index": i,
+                "name": name.value.decode(),
+                "uuid": uuid,
+                "total_mib": total.value >> 20,
+                "alloc_mib": alloc_mib,
+            }
+        )
     return {"backend": "driver", "device_count": count.value, "devices": devices}
 
 
@@ -115,7 +125,11 @@ def probe(backend: str = "auto", alloc_mib: int = 16) -> dict[str, Any]:
     Never raises: a failure is reported as `{"ok": False, "error": "<what failed>"}`.
     """
     report: dict[str, Any] = {
-        "ok": False, "backend": backend, "device_count": 0, "devices": [], "error": "",
+        "ok": False,
+        "backend": backend,
+        "device_count": 0,
+        "devices": [],
+        "error": "",
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     if backend == "auto":

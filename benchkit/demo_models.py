@@ -217,7 +217,8 @@ def train_tokenizer():
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     if tok.get_vocab_size() != VOCAB_SIZE:
         raise DemoModelError(
-            f"demo tokenizer trained to {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}: corpus too small"
+            f"demo tokenizer trained to {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}: "
+            "corpus too small"
         )
     return tok
 

@@ -85,7 +85,9 @@ def _check_method(entry: Any, where: str) -> None:
         raise EngineConfigError(f"{where}: expected a mapping, got {type(entry).__name__}")
     unknown = set(entry) - _METHOD_KEYS
     if unknown:
-        raise EngineConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_METHOD_KEYS)})")
+        raise EngineConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_METHOD_KEYS)})"
+        )
     if "args" in entry:
         _check_str_list(entry["args"], f"{where}.args", allow_groups=True)
     if "speculative_config" in entry:
@@ -96,12 +98,16 @@ def _check_method(entry: Any, where: str) -> None:
             if isinstance(val, str):
                 for name in _PLACEHOLDER_RE.findall(val):
                     if name not in PLACEHOLDERS:
-                        raise EngineConfigError(f"{where}.speculative_config.{key}: unknown placeholder {{{name}}}")
+                        raise EngineConfigError(
+                            f"{where}.speculative_config.{key}: unknown placeholder {{{name}}}"
+                        )
     for key in ("needs_drafter", "needs_budget", "prefix_caching", "k_from_block_size"):
         if key in entry and not isinstance(entry[key], bool):
             raise EngineConfigError(f"{where}.{key}: expected true/false, got {entry[key]!r}")
     if "default_k" in entry and (
-        not isinstance(entry["default_k"], int) or isinstance(entry["default_k"], bool) or entry["default_k"] < 1
+        not isinstance(entry["default_k"], int)
+        or isinstance(entry["default_k"], bool)
+        or entry["default_k"] < 1
     ):
         raise EngineConfigError(f"{where}.default_k: expected a positive integer, got {entry['default_k']!r}")
 
@@ -121,7 +127,9 @@ def _check_engine_block(block: Any, where: str, allowed: set[str]) -> None:
             raise EngineConfigError(f"{where}.options: expected a mapping")
         for key, flag in opts.items():
             if key not in _OPTION_FIELDS:
-                raise EngineConfigError(f"{where}.options.{key}: unknown field (allowed: {sorted(_OPTION_FIELDS)})")
+                raise EngineConfigError(
+                    f"{where}.options.{key}: unknown field (allowed: {sorted(_OPTION_FIELDS)})"
+                )
             if not isinstance(flag, str) or not flag.startswith("-"):
                 raise EngineConfigError(f"{where}.options.{key}: expected a flag such as '--x', got {flag!r}")
     if "methods" in block:
@@ -130,7 +138,9 @@ def _check_engine_block(block: Any, where: str, allowed: set[str]) -> None:
             raise EngineConfigError(f"{where}.methods: expected a mapping")
         for name, entry in methods.items():
             if name not in METHODS:
-                raise EngineConfigError(f"{where}.methods.{name}: unknown method (known: {', '.join(METHODS)})")
+                raise EngineConfigError(
+                    f"{where}.methods.{name}: unknown method (known: {', '.join(METHODS)})"
+                )
             _check_method(entry, f"{where}.methods.{name}")
 
 
@@ -143,7 +153,9 @@ def validate_flags(data: Any, source: str) -> dict[str, Any]:
         raise EngineConfigError(f"{source}: top level must be a mapping with 'engines' and/or 'builds'")
     unknown = set(data) - {"engines", "builds"}
     if unknown:
-        raise EngineConfigError(f"{source}: unknown top-level key(s) {sorted(unknown)} (allowed: engines, builds)")
+        raise EngineConfigError(
+            f"{source}: unknown top-level key(s) {sorted(unknown)} (allowed: engines, builds)"
+        )
     engines = data.get("engines") or {}
     builds = data.get("builds") or {}
     if not isinstance(engines, dict) or not isinstance(builds, dict):
@@ -155,7 +167,9 @@ def validate_flags(data: Any, source: str) -> dict[str, Any]:
     for name, block in builds.items():
         _check_engine_block(block, f"{source}: builds.{name}", _BUILD_KEYS)
         if block.get("engine") not in ("vllm", "sglang"):
-            raise EngineConfigError(f"{source}: builds.{name}.engine: must be vllm or sglang, got {block.get('engine')!r}")
+            raise EngineConfigError(
+                f"{source}: builds.{name}.engine: must be vllm or sglang, got {block.get('engine')!r}"
+            )
     return {"engines": engines, "builds": builds}
 
 
@@ -278,7 +292,8 @@ class EngineAdapter:
             raise EngineConfigError(f"engine_build {engine_build!r}: unknown build (known builds: {known})")
         if build.get("engine") != self.name:
             raise EngineConfigError(
-                f"engine_build {engine_build!r} is a build of {build.get('engine')!r}, not of engine {self.name!r}"
+                f"engine_build {engine_build!r} is a build of {build.get('engine')!r}, "
+                f"not of engine {self.name!r}"
             )
         return _merge_block(base, {k: v for k, v in build.items() if k != "engine"})
 
@@ -322,7 +337,9 @@ class EngineAdapter:
         if server.engine != self.name:
             raise EngineConfigError(f"ServerConfig.engine is {server.engine!r}, adapter is {self.name!r}")
         if server.method not in METHODS:
-            raise EngineConfigError(f"ServerConfig.method: unknown method {server.method!r} (known: {', '.join(METHODS)})")
+            raise EngineConfigError(
+                f"ServerConfig.method: unknown method {server.method!r} (known: {', '.join(METHODS)})"
+            )
         if not server.model:
             raise EngineConfigError("ServerConfig.model: empty (a model directory or name is required)")
         if not isinstance(server.tp, int) or server.tp < 1:
@@ -330,14 +347,22 @@ class EngineAdapter:
         block = self.engine_block(server.engine_build)
         entry = self.method_entry(server.method, server.engine_build)
         if entry.get("needs_drafter") and not server.drafter:
-            raise EngineConfigError(f"ServerConfig.drafter: method {server.method!r} needs a drafter model path")
+            raise EngineConfigError(
+                f"ServerConfig.drafter: method {server.method!r} needs a drafter model path"
+            )
         if entry.get("needs_budget") and server.tree_budget is None:
             raise EngineConfigError(f"ServerConfig.tree_budget: method {server.method!r} needs a tree budget")
-        if server.tree_budget is not None and (not isinstance(server.tree_budget, int) or server.tree_budget < 1):
-            raise EngineConfigError(f"ServerConfig.tree_budget: must be a positive integer, got {server.tree_budget!r}")
+        if server.tree_budget is not None and (
+            not isinstance(server.tree_budget, int) or server.tree_budget < 1
+        ):
+            raise EngineConfigError(
+                f"ServerConfig.tree_budget: must be a positive integer, got {server.tree_budget!r}"
+            )
         k = self.resolve_k(server, entry)
         if k is not None and (not isinstance(k, int) or k < 1):
-            raise EngineConfigError(f"ServerConfig.num_speculative_tokens: must be a positive integer, got {k!r}")
+            raise EngineConfigError(
+                f"ServerConfig.num_speculative_tokens: must be a positive integer, got {k!r}"
+            )
         values: dict[str, Any] = {
             "model": server.model,
             "drafter": server.drafter or None,
@@ -373,7 +398,8 @@ class EngineAdapter:
         if entry.get("prefix_caching") is False:
             if prefix is True:
                 raise EngineConfigError(
-                    f"ServerConfig.prefix_caching: method {server.method!r} is measured with prefix caching off"
+                    f"ServerConfig.prefix_caching: method {server.method!r} is measured "
+                    "with prefix caching off"
                 )
             prefix = False
         if prefix is True:
@@ -405,16 +431,26 @@ class EngineAdapter:
         return argv
 
     # ---- environment and URLs
-    def env(self, gpus: list[GpuRef], base: dict[str, str] | None = None) -> dict[str, str]:
-        """Environment additions for the server (merge over `os.environ` yourself, or pass
-        `base` to get the merged dict).
+    def env(
+        self,
+        gpus: list[GpuRef],
+        base: dict[str, str] | None = None,
+        *,
+        server: ServerConfig | None = None,
+    ) -> dict[str, str]:
+        """Environment variables to set for the server, on top of the parent's environment
+        (`ManagedServer` merges them over `os.environ`). With `base`, they are merged over a
+        copy of `base` instead.
 
-        Always `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so indices match nvidia-smi / NVML). With GPUs,
-        `CUDA_VISIBLE_DEVICES` lists their UUIDs (indices where a UUID is empty); with none, it
-        is left unset. vLLM also gets `VLLM_SERVER_DEV_MODE=1` so that
-        `POST /reset_prefix_cache` exists.
+        Order: `server.env` (the sweep's per-server variables, e.g. VLLM_CPU_KVCACHE_SPACE),
+        then always `CUDA_DEVICE_ORDER=PCI_BUS_ID` (indices match nvidia-smi / NVML); with GPUs,
+        `CUDA_VISIBLE_DEVICES` lists their UUIDs (indices where a UUID is empty), overriding
+        any value in `server.env`; with none it is left alone. vLLM also gets
+        `VLLM_SERVER_DEV_MODE=1` so that `POST /reset_prefix_cache` exists.
         """
         out = dict(base) if base is not None else {}
+        if server is not None:
+            out.update({str(k): str(v) for k, v in server.env.items()})
         out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         if gpus:
             out["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid if g.uuid else str(g.index) for g in gpus)
@@ -526,10 +562,18 @@ class ExternalAdapter(EngineAdapter):
     ) -> list[str]:
         """Always [] (nothing to start). Raises EngineConfigError when `endpoint_url` is empty."""
         if not server.endpoint_url:
-            raise EngineConfigError("ServerConfig.endpoint_url: engine 'external' needs the URL of a running server")
+            raise EngineConfigError(
+                "ServerConfig.endpoint_url: engine 'external' needs the URL of a running server"
+            )
         return []
 
-    def env(self, gpus: list[GpuRef], base: dict[str, str] | None = None) -> dict[str, str]:
+    def env(
+        self,
+        gpus: list[GpuRef],
+        base: dict[str, str] | None = None,
+        *,
+        server: ServerConfig | None = None,
+    ) -> dict[str, str]:
         """Always {} (or a copy of `base`): no process is started."""
         return dict(base) if base is not None else {}
 

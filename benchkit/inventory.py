@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchkit.topology import TopoMatrix, TopologyError, is_nvlink, parse_cpu_list, parse_topo_matrix
+from benchkit.topology import TopologyError, TopoMatrix, is_nvlink, parse_cpu_list, parse_topo_matrix
 
 MIB = 1 << 20
 #: NVML constants (values from nvml.h), so that a stand-in NVML need not define them.
@@ -43,7 +43,7 @@ NVML_TOPOLOGY_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50
 RunCmd = Callable[[Sequence[str]], str]
 
 
-def _err_text(exc: BaseException) -> str:
+def nvml_error_text(exc: BaseException) -> str:
     """Reason text for a failed query, e.g. `NVMLError_NotSupported(3)` (the fixtures' form)."""
     recorded = getattr(exc, "recorded", None)
     if recorded:
@@ -371,11 +371,12 @@ def read_nvml_raw(nvml: Any = None) -> dict[str, Any]:
     nv = nvml if nvml is not None else _load_pynvml()
     nv.nvmlInit()
     try:
+
         def rec(fn: Callable[..., Any], *args: Any, post: Callable[[Any], Any] = int) -> Any:
             try:
                 return post(fn(*args))
             except Exception as exc:  # noqa: BLE001 - each query is recorded on its own
-                return "ERR " + _err_text(exc)
+                return "ERR " + nvml_error_text(exc)
 
         def mem1(h: Any) -> list[int]:
             m = nv.nvmlDeviceGetMemoryInfo(h)
@@ -386,7 +387,9 @@ def read_nvml_raw(nvml: Any = None) -> dict[str, Any]:
             return [int(m.total), int(m.reserved), int(m.free), int(m.used)]
 
         def procs(h: Any) -> list[list[int]]:
-            return [[int(p.pid), int(p.usedGpuMemory or 0)] for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
+            return [
+                [int(p.pid), int(p.usedGpuMemory or 0)] for p in nv.nvmlDeviceGetComputeRunningProcesses(h)
+            ]
 
         def bus(info: Any) -> str:
             return _text(info.busId)
@@ -417,7 +420,8 @@ def read_nvml_raw(nvml: Any = None) -> dict[str, Any]:
             g["procs"] = rec(procs, h, post=list)
             g["topo"] = {
                 str(j): rec(nv.nvmlDeviceGetTopologyCommonAncestor, h, h2)
-                for j, h2 in enumerate(handles) if j != i
+                for j, h2 in enumerate(handles)
+                if j != i
             }
             links, remote = [], []
             for link in range(NVML_NVLINK_MAX_LINKS):
@@ -457,11 +461,11 @@ def _guard(missing: dict[str, str], name: str, fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - every optional query is guarded on its own
-        missing[name] = _err_text(exc)
+        missing[name] = nvml_error_text(exc)
         return None
 
 
-def _used_mib(nv: Any, handle: Any) -> int:
+def gpu_used_mib(nv: Any, handle: Any) -> int:
     """GPU memory in use (MiB): NVML's v2 `used` (driver-reserved memory excluded, as nvidia-smi
     shows it) where available, else v1 `used`."""
     try:
@@ -479,12 +483,18 @@ def _read_gpu(
     g.uuid = _guard(miss, "uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle)))
     g.name = _guard(miss, "name", lambda: _text(nv.nvmlDeviceGetName(handle)))
     g.pci_bus_id = _guard(miss, "pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(handle).busId))
-    g.memory_total_mib = _guard(miss, "memory_total_mib", lambda: int(nv.nvmlDeviceGetMemoryInfo(handle).total) // MIB)
-    g.memory_used_mib = _guard(miss, "memory_used_mib", lambda: _used_mib(nv, handle))
+    g.memory_total_mib = _guard(
+        miss, "memory_total_mib", lambda: int(nv.nvmlDeviceGetMemoryInfo(handle).total) // MIB
+    )
+    g.memory_used_mib = _guard(miss, "memory_used_mib", lambda: gpu_used_mib(nv, handle))
     cc = _guard(miss, "compute_capability", lambda: nv.nvmlDeviceGetCudaComputeCapability(handle))
     g.compute_capability = f"{cc[0]}.{cc[1]}" if cc else None
-    g.pcie_gen_current = _guard(miss, "pcie_gen_current", lambda: int(nv.nvmlDeviceGetCurrPcieLinkGeneration(handle)))
-    g.pcie_width_current = _guard(miss, "pcie_width_current", lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(handle)))
+    g.pcie_gen_current = _guard(
+        miss, "pcie_gen_current", lambda: int(nv.nvmlDeviceGetCurrPcieLinkGeneration(handle))
+    )
+    g.pcie_width_current = _guard(
+        miss, "pcie_width_current", lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(handle))
+    )
     g.pcie_gen_max = _guard(miss, "pcie_gen_max", lambda: int(nv.nvmlDeviceGetMaxPcieLinkGeneration(handle)))
     g.pcie_width_max = _guard(miss, "pcie_width_max", lambda: int(nv.nvmlDeviceGetMaxPcieLinkWidth(handle)))
 
@@ -495,19 +505,21 @@ def _read_gpu(
             states.append(bool(nv.nvmlDeviceGetNvLinkState(handle, link)))
         except Exception as exc:  # noqa: BLE001 - past the last link, or no NVLink at all
             if link == 0:
-                miss["nvlink"] = _err_text(exc)
+                miss["nvlink"] = nvml_error_text(exc)
             break
         if states[-1]:
             try:
                 remote[link] = _text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
             except Exception as exc:  # noqa: BLE001
-                miss.setdefault("nvlink_remote", _err_text(exc))
+                miss.setdefault("nvlink_remote", nvml_error_text(exc))
     g.nvlink = states or None
     g.nvlink_remote = remote if states and "nvlink_remote" not in miss else None
 
     mw = _guard(miss, "power_limit_w", lambda: nv.nvmlDeviceGetPowerManagementLimit(handle))
     g.power_limit_w = mw / 1000.0 if mw is not None else None
-    g.max_sm_clock_mhz = _guard(miss, "max_sm_clock_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM)))
+    g.max_sm_clock_mhz = _guard(
+        miss, "max_sm_clock_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
+    )
     g.max_mem_clock_mhz = _guard(
         miss, "max_mem_clock_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_MEM))
     )
@@ -526,7 +538,7 @@ def _read_gpu(
         else:
             reasons.append(f"nvml: {node}")
     except Exception as exc:  # noqa: BLE001
-        reasons.append(f"nvml: {_err_text(exc)}")
+        reasons.append(f"nvml: {nvml_error_text(exc)}")
     if g.numa_node < 0 and g.pci_bus_id:
         path = sysfs_root / "bus" / "pci" / "devices" / sysfs_bus_id(g.pci_bus_id) / "numa_node"
         try:
@@ -564,15 +576,35 @@ def _node_cpus(sysfs_root: Path) -> dict[int, set[int]]:
 
 
 def _topology_from_nvml(nv: Any, handles: list[Any], gpus: list[GpuInfo]) -> TopoMatrix:
-    """Rebuild the `topo -m` matrix from NVML: `NV#` where NVLinks join two GPUs (counted from
-    nvmlDeviceGetNvLinkRemotePciInfo), else the PCIe common-ancestor level mapped to its code."""
+    """Rebuild the `topo -m` matrix from NVML when `nvidia-smi topo -m` is unavailable.
+
+    NVLink: each active link's far end (nvmlDeviceGetNvLinkRemotePciInfo) is either a GPU of
+    this host (a direct link) or not (an NVSwitch; NVML reports e.g. `FFFFFFFF:FF:FF.0` for
+    it, as seen on the H200 machine in tests/fixtures/hardware/h200x2-device). Two GPUs get
+    `NV<direct links>`, or, with no direct link but both on switches, `NV<min(switch links)>`
+    (what nvidia-smi prints for NVSwitch systems, e.g. NV18 on HGX H200). Otherwise the PCIe
+    common-ancestor level (nvmlDeviceGetTopologyCommonAncestor) is mapped to its code.
+    """
     by_bus = {(g.pci_bus_id or "").upper(): g.index for g in gpus}
     nv_count: dict[tuple[int, int], int] = {}
+    switch_links: dict[int, int] = {}
     for g in gpus:
         for bus in (g.nvlink_remote or {}).values():
             j = by_bus.get(bus.upper())
             if j is not None:
                 nv_count[(g.index, j)] = nv_count.get((g.index, j), 0) + 1
+            else:
+                switch_links[g.index] = switch_links.get(g.index, 0) + 1
+    for ga in gpus:
+        for gb in gpus:
+            key = (ga.index, gb.index)
+            if (
+                ga.index != gb.index
+                and key not in nv_count
+                and switch_links.get(ga.index)
+                and switch_links.get(gb.index)
+            ):
+                nv_count[key] = min(switch_links[ga.index], switch_links[gb.index])
     links: dict[tuple[int, int], str] = {}
     for a, ga in enumerate(gpus):
         for b, gb in enumerate(gpus):
@@ -647,10 +679,12 @@ def collect_inventory(
     try:
         nv.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - no driver / no GPU: a valid GPU-less host
-        inv.missing["gpus"] = f"NVML init failed: {_err_text(exc)}"
+        inv.missing["gpus"] = f"NVML init failed: {nvml_error_text(exc)}"
         return inv
     try:
-        inv.driver_version = _guard(inv.missing, "driver_version", lambda: _text(nv.nvmlSystemGetDriverVersion()))
+        inv.driver_version = _guard(
+            inv.missing, "driver_version", lambda: _text(nv.nvmlSystemGetDriverVersion())
+        )
         cuda = _guard(inv.missing, "cuda_driver_version", nv.nvmlSystemGetCudaDriverVersion)
         if cuda is not None:
             inv.cuda_driver_version = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
@@ -665,7 +699,7 @@ def collect_inventory(
             try:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
             except Exception as exc:  # noqa: BLE001 - e.g. a GPU that fell off the bus
-                inv.missing[f"gpu{i}"] = _err_text(exc)
+                inv.missing[f"gpu{i}"] = nvml_error_text(exc)
                 continue
             handles.append(h)
             g, cpu_nodes[i] = _read_gpu(nv, i, h, sysfs, node_cpus)
@@ -681,19 +715,22 @@ def collect_inventory(
                     f"nvidia-smi topo -m lists {inv.topology.gpus}, NVML {[g.index for g in inv.gpus]}"
                 )
         except (OSError, subprocess.SubprocessError, TopologyError) as exc:
-            inv.missing["topology_text"] = _err_text(exc)
+            inv.missing["topology_text"] = nvml_error_text(exc)
             inv.topology = None
         if inv.topology is None:
             try:
                 inv.topology = _topology_from_nvml(nv, handles, inv.gpus)
                 inv.topology_source = "nvml"
             except Exception as exc:  # noqa: BLE001
-                inv.missing["topology"] = _err_text(exc)
+                inv.missing["topology"] = nvml_error_text(exc)
         for g in inv.gpus:
             cpu_node = cpu_nodes.get(g.index)
             if g.numa_node >= 0:
                 continue
-            if inv.topology_source == "nvidia-smi topo -m" and inv.topology.numa_affinity.get(g.index, -1) >= 0:
+            if (
+                inv.topology_source == "nvidia-smi topo -m"
+                and inv.topology.numa_affinity.get(g.index, -1) >= 0
+            ):
                 g.numa_node, g.numa_source = inv.topology.numa_affinity[g.index], "topo"
             elif cpu_node is not None:
                 g.numa_node, g.numa_source = cpu_node, "cpu_affinity"

@@ -173,7 +173,9 @@ async def _one_request(
                     except json.JSONDecodeError:
                         log.ok, log.error = False, f"bad stream message: {data[:200]!r}"
                         return
-                    err = stream.feed(msg, t_ns) if isinstance(msg, dict) else "stream message is not an object"
+                    err = (
+                        stream.feed(msg, t_ns) if isinstance(msg, dict) else "stream message is not an object"
+                    )
                     if err:
                         log.ok, log.error = False, err
                         return
@@ -240,11 +242,13 @@ async def run_load(
             if delay > 0:
                 await asyncio.sleep(delay)
         async with sem:
-            await _one_request(client, path, build_body(prompts[i], model, workload, api), logs[i], request_timeout_s)
+            await _one_request(
+                client, path, build_body(prompts[i], model, workload, api), logs[i], request_timeout_s
+            )
 
     async def phase(indices: list[int], due: list[int | None], report: bool) -> None:
         nonlocal done
-        tasks = [asyncio.create_task(send(i, d)) for i, d in zip(indices, due)]
+        tasks = [asyncio.create_task(send(i, d)) for i, d in zip(indices, due, strict=True)]
         try:
             for fut in asyncio.as_completed(tasks):
                 await fut
@@ -296,6 +300,14 @@ def run_load_sync(
     """Blocking wrapper of `run_load` (runs it in a fresh event loop with `asyncio.run`; do not
     call it from inside a running loop). Same arguments, result and errors."""
     return asyncio.run(
-        run_load(base_url, model, workload, prompts=prompts, request_timeout_s=request_timeout_s,
-                 progress=progress, api=api, on_window_start=on_window_start)
+        run_load(
+            base_url,
+            model,
+            workload,
+            prompts=prompts,
+            request_timeout_s=request_timeout_s,
+            progress=progress,
+            api=api,
+            on_window_start=on_window_start,
+        )
     )

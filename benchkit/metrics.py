@@ -122,23 +122,34 @@ def request_metrics(log: RequestLog) -> RequestMetrics:
     """
     prompt_tokens = log.prompt_tokens if log.prompt_tokens is not None else log.input_len
     if not log.ok:
-        return RequestMetrics(index=log.index, completed=False, failure=log.error or "error",
-                              prompt_tokens=prompt_tokens, tokens_from_text=log.tokens_from_text)
+        return RequestMetrics(
+            index=log.index,
+            completed=False,
+            failure=log.error or "error",
+            prompt_tokens=prompt_tokens,
+            tokens_from_text=log.tokens_from_text,
+        )
     chunks = sorted((e for e in log.events if e.kind in _TOKEN_KINDS and e.tokens > 0), key=lambda e: e.t_ns)
     client_tokens = sum(e.tokens for e in chunks)
     n_from_server = log.completion_tokens is not None
     n = log.completion_tokens if n_from_server else client_tokens
     if n <= 0 or not chunks:
-        return RequestMetrics(index=log.index, completed=False, failure="zero output tokens",
-                              n_output_tokens=n, n_from_server=n_from_server,
-                              prompt_tokens=prompt_tokens, client_tokens=client_tokens,
-                              tokens_from_text=log.tokens_from_text)
+        return RequestMetrics(
+            index=log.index,
+            completed=False,
+            failure="zero output tokens",
+            n_output_tokens=n,
+            n_from_server=n_from_server,
+            prompt_tokens=prompt_tokens,
+            client_tokens=client_tokens,
+            tokens_from_text=log.tokens_from_text,
+        )
     ttft_ns = chunks[0].t_ns - log.send_ns
     e2el_ns = chunks[-1].t_ns - log.send_ns
     tpot_ms = (e2el_ns - ttft_ns) / NS_PER_MS / (n - 1) if n >= 2 else None
     icl_ms: list[float] = []
     itl_ms: list[float] = []
-    for prev, cur in zip(chunks, chunks[1:]):
+    for prev, cur in zip(chunks, chunks[1:], strict=False):
         gap_ms = (cur.t_ns - prev.t_ns) / NS_PER_MS
         icl_ms.append(gap_ms)
         itl_ms.extend([gap_ms / cur.tokens] * cur.tokens)
@@ -310,7 +321,9 @@ def compute_run_metrics(
     if slo:
         unknown = [k for k in slo if k not in SLO_KEYS]
         if unknown:
-            raise ValueError(f"unknown SLO key(s) {', '.join(map(repr, unknown))}; expected {', '.join(SLO_KEYS)}")
+            raise ValueError(
+                f"unknown SLO key(s) {', '.join(map(repr, unknown))}; expected {', '.join(SLO_KEYS)}"
+            )
     measured = _measured(logs)
     per_request = [(log, request_metrics(log)) for log in measured]
     done = [(log, rm) for log, rm in per_request if rm.completed]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchkit.inventory import MIB, _err_text, _load_pynvml, _text, _used_mib
+from benchkit.inventory import MIB, _load_pynvml, _text, gpu_used_mib, nvml_error_text
 
 MODEL_MISSING = "model_missing"
 MODEL_INCOMPLETE = "model_incomplete"
@@ -140,14 +140,16 @@ def check_model_dir(
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-            raise PreflightError(MODEL_INCOMPLETE, f"{index}: unreadable weight index ({type(exc).__name__}: {exc})")
+            raise PreflightError(
+                MODEL_INCOMPLETE, f"{index}: unreadable weight index ({type(exc).__name__}: {exc})"
+            ) from None
         names = sorted(set(weight_map.values()))
         absent = [n for n in names if not (d / n).is_file()]
         if absent:
             raise PreflightError(
                 MODEL_INCOMPLETE,
-                f"{role} directory {d}: {len(absent)} of {len(names)} shards named in {index_name} are missing: "
-                + ", ".join(absent[:5]) + (" ..." if len(absent) > 5 else ""),
+                f"{role} directory {d}: {len(absent)} of {len(names)} shards named in {index_name} "
+                "are missing: " + ", ".join(absent[:5]) + (" ..." if len(absent) > 5 else ""),
             )
         shards.extend(d / n for n in names)
     if not shards:
@@ -155,9 +157,14 @@ def check_model_dir(
             shards.extend(sorted(d.glob(pattern)))
     if not shards:
         if allow_no_weights:
-            return CheckResult("model_dir", detail=f"{role} {d}: config and tokenizer, no weights (dummy load)",
-                               data={"weights": [], "bytes": 0})
-        raise PreflightError(MODEL_INCOMPLETE, f"{role} directory {d} has no weight files ({', '.join(WEIGHT_GLOBS)})")
+            return CheckResult(
+                "model_dir",
+                detail=f"{role} {d}: config and tokenizer, no weights (dummy load)",
+                data={"weights": [], "bytes": 0},
+            )
+        raise PreflightError(
+            MODEL_INCOMPLETE, f"{role} directory {d} has no weight files ({', '.join(WEIGHT_GLOBS)})"
+        )
     total = 0
     for shard in shards:
         size = shard.stat().st_size
@@ -168,8 +175,11 @@ def check_model_dir(
             if problem:
                 raise PreflightError(MODEL_INCOMPLETE, f"{role} weight file {shard}: {problem}")
         total += size
-    return CheckResult("model_dir", detail=f"{role} {d}: {len(shards)} weight files, {total} bytes",
-                       data={"weights": [s.name for s in shards], "bytes": total})
+    return CheckResult(
+        "model_dir",
+        detail=f"{role} {d}: {len(shards)} weight files, {total} bytes",
+        data={"weights": [s.name for s in shards], "bytes": total},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,25 +199,35 @@ def check_device_nodes(dev_root: str | os.PathLike = "/dev") -> CheckResult:
     gpus = sorted(glob.glob(str(dev / "nvidia[0-9]*")), key=lambda p: int(Path(p).name[6:]))
     ctl = dev / "nvidiactl"
     if not gpus and not ctl.exists():
-        return CheckResult("device_nodes", skipped=True, detail=f"no NVIDIA device nodes under {dev}: GPU-less host")
+        return CheckResult(
+            "device_nodes", skipped=True, detail=f"no NVIDIA device nodes under {dev}: GPU-less host"
+        )
     if not gpus:
         raise PreflightError(HOST_ENV_ERROR, f"{ctl} exists but no {dev}/nvidia<N> GPU node")
     nodes = [ctl, dev / "nvidia-uvm", *map(Path, gpus)]
     for node in nodes:
         if not node.exists():
-            hint = " (load nvidia_uvm: nvidia-modprobe -u -c=0, or pass it into the container)" if "uvm" in node.name else ""
+            hint = (
+                " (load nvidia_uvm: nvidia-modprobe -u -c=0, or pass it into the container)"
+                if "uvm" in node.name
+                else ""
+            )
             raise PreflightError(HOST_ENV_ERROR, f"device node {node} does not exist{hint}")
         try:
             fd = os.open(node, os.O_RDWR)
         except OSError as exc:
             raise PreflightError(
                 HOST_ENV_ERROR,
-                f"device node {node} cannot be opened read/write: {errno.errorcode.get(exc.errno, exc.errno)} "
-                f"{exc.strerror} (a container device policy may block it)",
+                f"device node {node} cannot be opened read/write: "
+                f"{errno.errorcode.get(exc.errno, exc.errno)} {exc.strerror} "
+                "(a container device policy may block it)",
             ) from None
         os.close(fd)
-    return CheckResult("device_nodes", detail=f"opened {', '.join(str(n) for n in nodes)} read/write",
-                       data={"nodes": [str(n) for n in nodes]})
+    return CheckResult(
+        "device_nodes",
+        detail=f"opened {', '.join(str(n) for n in nodes)} read/write",
+        data={"nodes": [str(n) for n in nodes]},
+    )
 
 
 def _repo_root() -> str:
@@ -237,7 +257,9 @@ def check_cuda_init(
     """
     uuids = [u for u in gpu_uuids if u]
     if not uuids:
-        return CheckResult("cuda_init", skipped=True, detail="no GPUs to initialise: GPU-less host or CPU run")
+        return CheckResult(
+            "cuda_init", skipped=True, detail="no GPUs to initialise: GPU-less host or CPU run"
+        )
     env = dict(os.environ)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
@@ -267,8 +289,9 @@ def check_cuda_init(
     seen_hex, want_hex = sorted(map(_uuid_hex, seen)), sorted(map(_uuid_hex, uuids))
     if all(len(h) == 32 for h in seen_hex + want_hex) and seen_hex != want_hex:
         raise PreflightError(HOST_ENV_ERROR, f"CUDA sees GPUs {seen}, expected {uuids}")
-    return CheckResult("cuda_init", detail=f"CUDA initialised ({report.get('backend')}) on {len(uuids)} GPUs",
-                       data=report)
+    return CheckResult(
+        "cuda_init", detail=f"CUDA initialised ({report.get('backend')}) on {len(uuids)} GPUs", data=report
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,7 +303,7 @@ def _open_nvml(nvml: Any) -> Any:
     try:
         nv.nvmlInit()
     except Exception as exc:  # noqa: BLE001
-        raise PreflightError(HOST_ENV_ERROR, f"NVML init failed: {_err_text(exc)}") from None
+        raise PreflightError(HOST_ENV_ERROR, f"NVML init failed: {nvml_error_text(exc)}") from None
     return nv
 
 
@@ -296,12 +319,19 @@ def gpu_memory_used(gpu_uuids: Sequence[str], nvml: Any = None) -> dict[str, dic
             try:
                 h = nv.nvmlDeviceGetHandleByUUID(uuid)
             except Exception as exc:  # noqa: BLE001
-                raise PreflightError(HOST_ENV_ERROR, f"GPU {uuid} not found by NVML: {_err_text(exc)}") from None
+                raise PreflightError(
+                    HOST_ENV_ERROR, f"GPU {uuid} not found by NVML: {nvml_error_text(exc)}"
+                ) from None
             try:
-                used = _used_mib(nv, h)
-                procs = [[int(p.pid), int(p.usedGpuMemory or 0) // MIB] for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
+                used = gpu_used_mib(nv, h)
+                procs = [
+                    [int(p.pid), int(p.usedGpuMemory or 0) // MIB]
+                    for p in nv.nvmlDeviceGetComputeRunningProcesses(h)
+                ]
             except Exception as exc:  # noqa: BLE001
-                raise PreflightError(HOST_ENV_ERROR, f"NVML cannot read GPU {uuid}: {_err_text(exc)}") from None
+                raise PreflightError(
+                    HOST_ENV_ERROR, f"NVML cannot read GPU {uuid}: {nvml_error_text(exc)}"
+                ) from None
             out[_text(uuid)] = {"used_mib": used, "procs": procs}
     finally:
         try:
@@ -337,11 +367,14 @@ def check_gpus_idle(
     for uuid, r in readings.items():
         if r["procs"]:
             raise PreflightError(
-                GPU_BUSY, f"GPU {uuid} has compute processes [pid, MiB]: {r['procs']} ({r['used_mib']} MiB used)"
+                GPU_BUSY,
+                f"GPU {uuid} has compute processes [pid, MiB]: {r['procs']} ({r['used_mib']} MiB used)",
             )
         limit = baseline[uuid] + tolerance_mib if baseline and uuid in baseline else max_used_mib
         if r["used_mib"] > limit:
-            raise PreflightError(GPU_BUSY, f"GPU {uuid} has {r['used_mib']} MiB in use, idle limit {limit} MiB")
+            raise PreflightError(
+                GPU_BUSY, f"GPU {uuid} has {r['used_mib']} MiB in use, idle limit {limit} MiB"
+            )
     return CheckResult("gpus_idle", detail=f"{len(uuids)} GPUs idle", data=readings)
 
 
@@ -402,5 +435,8 @@ def check_port_free(port: int, span: int = 1, hosts: Iterable[str] = ("127.0.0.1
             problem = _bind_problem(host, p)
             if problem:
                 raise PreflightError(PORT_IN_USE, f"port {p} is in use ({problem})")
-    return CheckResult("port_free", detail=f"ports {port}..{port + span - 1} free on {', '.join(hosts)}",
-                       data={"ports": list(range(port, port + span))})
+    return CheckResult(
+        "port_free",
+        detail=f"ports {port}..{port + span - 1} free on {', '.join(hosts)}",
+        data={"ports": list(range(port, port + span))},
+    )

@@ -264,7 +264,9 @@ def spec_decode_metrics(
         d_tokens = after.num_draft_tokens - before.num_draft_tokens
     for label, delta in (("num_drafts", d_drafts), ("num_draft_tokens", d_tokens)):
         if delta is not None and delta < 0:
-            raise CounterResetError(f"counter {label} went down by {-delta:g}: the server restarted in the window")
+            raise CounterResetError(
+                f"counter {label} went down by {-delta:g}: the server restarted in the window"
+            )
     if d_accepted < 0 and after.source == "vllm":
         raise CounterResetError(f"counter num_accepted_tokens went down by {-d_accepted:g}: server restarted")
     if d_drafts <= 0:

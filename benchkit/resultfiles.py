@@ -90,7 +90,8 @@ _COMMON_DEFINITIONS = {
 VLLM_DEFINITIONS: dict[str, str] = {
     **_COMMON_DEFINITIONS,
     "e2el": "request latency: last streamed message minus send time",
-    "output_tokens": "the server's usage.completion_tokens where the endpoint reports it, else the text re-tokenized",
+    "output_tokens": "the server's usage.completion_tokens where the endpoint reports it, "
+    "else the text re-tokenized",
     "acceptance_rate": "window delta of the server's vllm:spec_decode_* counters; percent in the file, "
     "stored as a fraction",
     "acceptance_length": "1 + d accepted / d drafts over the benchmark window (same as draftboard's tau)",
@@ -100,7 +101,8 @@ VLLM_DEFINITIONS: dict[str, str] = {
 SGLANG_DEFINITIONS: dict[str, str] = {
     **_COMMON_DEFINITIONS,
     "e2el": "e2e_latency: last streamed message minus send time",
-    "output_tokens": "the tool's output_len per request (server usage where reported, else the requested length)",
+    "output_tokens": "the tool's output_len per request (server usage where reported, "
+    "else the requested length)",
     "acceptance_length": "accept_length: the server-wide avg_spec_accept_length from /get_server_info "
     "(generation tokens / verify calls, not a delta over the benchmark window)",
     "failed": "not in the file; counted from the per-request errors when --output-details was used",
@@ -325,7 +327,7 @@ def _tokens_per_chunk(per_request: dict[str, list] | None) -> float | None:
         return None
     errors = per_request.get("errors") or [""] * len(per_request["output_lens"])
     tokens = chunks = 0
-    for n, gaps, err in zip(per_request["output_lens"], per_request["icls_ms"], errors):
+    for n, gaps, err in zip(per_request["output_lens"], per_request["icls_ms"], errors, strict=False):
         if err or not n:
             continue
         tokens += n
@@ -430,7 +432,9 @@ def _import_draftboard(o: _Obj) -> ImportedRun:
         raise o.error("draftboard.metrics", "expected an object of draftboard metric keys")
     for key, value in metrics.items():
         if value is not None and not isinstance(value, (int, float)):
-            raise o.error(f"draftboard.metrics.{key}", f"expected a number, true/false or null, got {value!r:.40}")
+            raise o.error(
+                f"draftboard.metrics.{key}", f"expected a number, true/false or null, got {value!r:.40}"
+            )
     flat = _empty_flat()
     flat.update(metrics)
     spec = block.get("spec_decode")
@@ -440,7 +444,7 @@ def _import_draftboard(o: _Obj) -> ImportedRun:
     if not isinstance(definitions, dict):
         definitions = dict(DRAFTBOARD_DEFINITIONS)
     run.source_tool = TOOL_DRAFTBOARD
-    run.source_version = str(block.get("format"))
+    run.source_version = f"export format {block.get('format')}"
     run.definitions = definitions
     run.metrics_flat = flat
     run.spec_decode = spec
@@ -493,6 +497,7 @@ def _import_sglang(o: _Obj) -> ImportedRun:
     server_info = o.dict_("server_info") or {}
     num_prompts = len(per_request["input_lens"]) if per_request and "input_lens" in per_request else None
     model = server_info.get("model_path") or server_info.get("served_model_name")
+    tokenizer = server_info.get("tokenizer_path")
     rate_raw = o.data.get("request_rate")
     request_rate = None if rate_raw == "trace" else o.rate("request_rate")
     o.used.add("request_rate")
@@ -504,7 +509,7 @@ def _import_sglang(o: _Obj) -> ImportedRun:
         "request_rate": request_rate,
         "burstiness": None,
         "model": model if isinstance(model, str) else None,
-        "tokenizer": server_info.get("tokenizer_path") if isinstance(server_info.get("tokenizer_path"), str) else None,
+        "tokenizer": tokenizer if isinstance(tokenizer, str) else None,
         "backend": o.str_("backend"),
         "dataset": dataset,
     }
@@ -566,10 +571,14 @@ def _read_objects(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
         whole = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
-            raise ResultFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from exc
+            raise ResultFileError(
+                path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno
+            ) from exc
     else:
         if not isinstance(whole, dict):
-            raise ResultFileError(path, f"expected a JSON object per run, got a {type(whole).__name__}", line=1)
+            raise ResultFileError(
+                path, f"expected a JSON object per run, got a {type(whole).__name__}", line=1
+            )
         return [(None, whole)]
     objects = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -578,7 +587,9 @@ def _read_objects(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ResultFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number) from exc
+            raise ResultFileError(
+                path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number
+            ) from exc
         if not isinstance(obj, dict):
             raise ResultFileError(path, f"expected a JSON object, got a {type(obj).__name__}", line=number)
         objects.append((number, obj))
@@ -630,7 +641,9 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def export_vllm_layout(metrics_flat: dict[str, Any], run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def export_vllm_layout(
+    metrics_flat: dict[str, Any], run_meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One run as a dict in the key layout of `vllm bench serve --save-result`, plus draftboard's
     own keys under "draftboard". Write it with `json.dump` to get a file vLLM tooling reads.
 
@@ -651,7 +664,8 @@ def export_vllm_layout(metrics_flat: dict[str, Any], run_meta: dict[str, Any] | 
     The top-level `*_itl_ms` keys carry vLLM's definition of ITL (per chunk, draftboard's ICL),
     so a number means the same in vLLM tooling as in a vLLM-written file. draftboard's per-token
     ITL, ICL under its own name, error_rate, goodput, mean_tokens_per_chunk and
-    output_tokens_from_text are under draftboard.metrics (all FLAT_KEYS), with
+    output_tokens_from_text are under draftboard.metrics (every key of `metrics_flat`, and
+    FLAT_KEYS missing from it as null), with
     draftboard.definitions and draftboard.format. `load_result_file` reads such a file back with
     the identical `metrics_flat`. Non-finite floats become null (JSON has no NaN).
     """
@@ -688,14 +702,15 @@ def export_vllm_layout(metrics_flat: dict[str, Any], run_meta: dict[str, Any] | 
         out["spec_decode_num_drafts"] = spec.get("spec_num_drafts")
         out["spec_decode_draft_tokens"] = spec.get("spec_num_draft_tokens")
         out["spec_decode_accepted_tokens"] = spec.get("spec_num_accepted_tokens")
-        out["spec_decode_per_position_acceptance_rates"] = list(spec.get("per_position_acceptance_rate") or [])
+        per_pos = spec.get("per_position_acceptance_rate") or []
+        out["spec_decode_per_position_acceptance_rates"] = list(per_pos)
     for metric in ("ttft", "tpot", "itl", "e2el"):
         ours = "icl" if metric == "itl" else metric
         for stat in _STATS:
             out[f"{stat}_{metric}_ms"] = metrics_flat.get(f"{stat}_{ours}_ms")
     out["draftboard"] = {
         "format": EXPORT_FORMAT,
-        "metrics": {k: metrics_flat.get(k) for k in FLAT_KEYS},
+        "metrics": {**{k: None for k in FLAT_KEYS}, **metrics_flat},
         "definitions": dict(DRAFTBOARD_DEFINITIONS),
         "spec_decode": spec or None,
         "run": meta,

@@ -106,10 +106,20 @@ def _preflight(spec: RunSpec, adapter: engines.EngineAdapter, port: int) -> None
         preflight.check_model_dir(s.drafter, role="drafter", allow_no_weights=dummy)
     uuids = [g.uuid for g in spec.gpus]
     if uuids:
-        preflight.check_device_nodes()
-        preflight.check_cuda_init(uuids)
+        # A real CUDA initialisation in a child process (NVML alone is not enough). It runs
+        # first because /dev/nvidia-uvm may only appear once CUDA is used on bare metal; when it
+        # fails, the device-node check says which node is missing or blocked.
+        try:
+            preflight.check_cuda_init(uuids)
+        except preflight.PreflightError as exc:
+            try:
+                preflight.check_device_nodes()
+            except preflight.PreflightError as nodes:
+                raise preflight.PreflightError(exc.code, f"{exc.message}; {nodes.message}") from None
+            raise
         preflight.check_gpus_idle(uuids)
-    preflight.check_port_free(port, span=adapter.port_span(port))
+    for p in adapter.port_span(port):  # the main port and those the engine derives from it
+        preflight.check_port_free(p)
 
 
 def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | None = None) -> RunOutcome:
@@ -133,7 +143,7 @@ def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | No
         if s.engine == "external":
             base_url = s.endpoint_url.rstrip("/")
         else:
-            port = spec.port or free_port(8100, span=max(1, len(adapter.port_span(8100))))
+            port = spec.port or free_port(8100)
             _preflight(spec, adapter, port)
             out.argv = adapter.build_argv(s, port, python=sys.executable)
             out.env = adapter.env(spec.gpus)
@@ -216,7 +226,11 @@ def _finish(spec: RunSpec, out: RunOutcome, counters: dict[str, Any]) -> RunOutc
     m = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
     out.metrics_flat = m.to_flat()
     out.distributions = metrics.distributions(out.logs or [])
-    sd = promcounters.spec_decode_metrics(counters.get("before"), counters.get("after"))
+    try:
+        sd = promcounters.spec_decode_metrics(counters.get("before"), counters.get("after"))
+    except promcounters.CounterResetError as exc:  # the server restarted inside the window
+        out.reason, out.message = "counters_reset", str(exc)
+        return out
     if sd is not None:
         out.spec_decode = {**dataclasses.asdict(sd), **sd.to_flat()}
     marks = validity.check_run(out.logs or [], out.metrics_flat, ignore_eos=w.ignore_eos,

@@ -39,9 +39,10 @@ class ServerStartError(RuntimeError):
 class ManagedServer:
     """One server process and its process group.
 
-    `argv` is a list (never a shell string); `env` is the child's complete environment when it
-    is given (merge with `os.environ` yourself), else the parent's; `log_path` receives stdout
-    and stderr (appended). Use as a context manager to stop the group on any exit.
+    `argv` is a list (never a shell string); `env` holds variables set for the child on top of
+    the parent's environment (`os.environ` at `start()`; None = the parent's unchanged), e.g.
+    `EngineAdapter.env(gpus, server=...)`; `log_path` receives stdout and stderr (appended).
+    Use as a context manager to stop the group on any exit.
     """
 
     def __init__(
@@ -85,7 +86,7 @@ class ManagedServer:
         try:
             self.proc = subprocess.Popen(
                 self.argv,
-                env=self.env,
+                env={**os.environ, **self.env} if self.env is not None else None,
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,

@@ -80,7 +80,15 @@ _SERVER_KEYS = {
     "endpoint_url",
     "is_demo_model",
 }
-_VARIANT_KEYS = {"method", "num_speculative_tokens", "tree_budget", "drafter", "engine_build", "prefix_caching", "extra_args"}
+_VARIANT_KEYS = {
+    "method",
+    "num_speculative_tokens",
+    "tree_budget",
+    "drafter",
+    "engine_build",
+    "prefix_caching",
+    "extra_args",
+}
 _WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)} - {"slo"}
 _LIMIT_KEYS = {f.name for f in fields(Limits)}
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -244,8 +252,12 @@ class SweepSpec:
         """Number of runs `expand()` returns (product of the grid axes x repeats)."""
         g = self.grid
         return (
-            len(g["tp"]) * len(g["methods"]) * len(g["concurrency"]) * len(g["output_len"])
-            * len(g["input_len"]) * self.repeats
+            len(g["tp"])
+            * len(g["methods"])
+            * len(g["concurrency"])
+            * len(g["output_len"])
+            * len(g["input_len"])
+            * self.repeats
         )
 
     def expand(self, assign_gpus: Callable[[int], list[GpuRef]] | None = None) -> list[RunSpec]:
@@ -268,11 +280,15 @@ class SweepSpec:
                 prefix = self.server.get("prefix_caching")
             if variant.method == "ddtree" and prefix is None:
                 prefix = False
-            server_kwargs = {k: v for k, v in self.server.items() if k not in ("prefix_caching", "extra_args", "env")}
+            server_kwargs = {
+                k: v for k, v in self.server.items() if k not in ("prefix_caching", "extra_args", "env")
+            }
             server = ServerConfig(
                 engine=self.engine,
                 model=self.model,
-                drafter=(variant.drafter if variant.drafter is not None else self.drafter) if _needs_drafter(variant) else "",
+                drafter=(variant.drafter if variant.drafter is not None else self.drafter)
+                if _needs_drafter(variant)
+                else "",
                 method=variant.method,
                 num_speculative_tokens=variant.num_speculative_tokens,
                 tree_budget=variant.tree_budget,
@@ -377,7 +393,9 @@ class _Ctx:
         return SweepError(self.source, _line_of(container, key), path, message)
 
 
-def _check_keys(ctx: _Ctx, data: Any, allowed: set[str], path: str, parent: Any = None, pkey: Any = None) -> None:
+def _check_keys(
+    ctx: _Ctx, data: Any, allowed: set[str], path: str, parent: Any = None, pkey: Any = None
+) -> None:
     if not isinstance(data, dict):
         raise ctx.fail(parent, pkey, path, f"expected a mapping, got {type(data).__name__}")
     for key in data:
@@ -398,8 +416,17 @@ def _int_list(ctx: _Ctx, val: Any, container: Any, key: Any, path: str, minimum:
     items = val if isinstance(val, list) else [val]
     if not items:
         raise ctx.fail(container, key, path, "empty list")
-    out = [_int(ctx, v, items if isinstance(val, list) else container, i if isinstance(val, list) else key,
-                f"{path}[{i}]" if isinstance(val, list) else path, minimum) for i, v in enumerate(items)]
+    out = [
+        _int(
+            ctx,
+            v,
+            items if isinstance(val, list) else container,
+            i if isinstance(val, list) else key,
+            f"{path}[{i}]" if isinstance(val, list) else path,
+            minimum,
+        )
+        for i, v in enumerate(items)
+    ]
     if len(set(out)) != len(out):
         raise ctx.fail(container, key, path, f"duplicate values in {out}")
     return out
@@ -417,12 +444,19 @@ def _str_list(ctx: _Ctx, val: Any, container: Any, key: Any, path: str) -> list[
     return list(val)
 
 
-def _substitute(obj: Any, variables: dict[str, str], ctx: _Ctx, path: str = "", container: Any = None, key: Any = None):
+def _substitute(
+    obj: Any, variables: dict[str, str], ctx: _Ctx, path: str = "", container: Any = None, key: Any = None
+):
     if isinstance(obj, str):
+
         def sub(m: re.Match) -> str:
             if m.group(1) not in variables:
-                raise ctx.fail(container, key, path, f"unknown placeholder {{{m.group(1)}}} "
-                               f"(known: {', '.join(sorted(variables)) or 'none'})")
+                raise ctx.fail(
+                    container,
+                    key,
+                    path,
+                    f"unknown placeholder {{{m.group(1)}}} (known: {', '.join(sorted(variables)) or 'none'})",
+                )
             return str(variables[m.group(1)])
 
         return _PLACEHOLDER_RE.sub(sub, obj)
@@ -433,7 +467,10 @@ def _substitute(obj: Any, variables: dict[str, str], ctx: _Ctx, path: str = "", 
             out[k] = _substitute(v, variables, ctx, f"{path}.{k}" if path else str(k), obj, k)
         return out
     if isinstance(obj, dict):
-        return {k: _substitute(v, variables, ctx, f"{path}.{k}" if path else str(k), obj, k) for k, v in obj.items()}
+        return {
+            k: _substitute(v, variables, ctx, f"{path}.{k}" if path else str(k), obj, k)
+            for k, v in obj.items()
+        }
     if isinstance(obj, _LineList):
         out_l = _LineList(_substitute(v, variables, ctx, f"{path}[{i}]", obj, i) for i, v in enumerate(obj))
         out_l.line, out_l.lines = obj.line, obj.lines
@@ -460,39 +497,69 @@ def _parse_variants(ctx: _Ctx, methods: Any, grid: Any, sweep: dict[str, Any]) -
             raise ctx.fail(methods, i, f"{path}.method", "missing")
         method = entry_d["method"]
         if method not in METHODS:
-            raise ctx.fail(container, ckey, f"{path}.method", f"unknown method {method!r} (known: {', '.join(METHODS)})")
+            raise ctx.fail(
+                container, ckey, f"{path}.method", f"unknown method {method!r} (known: {', '.join(METHODS)})"
+            )
         ks: list[int | None] = [None]
         budgets: list[int | None] = [None]
         if "num_speculative_tokens" in entry_d:
             if method == "auto":
-                raise ctx.fail(entry_d, "num_speculative_tokens", f"{path}.num_speculative_tokens",
-                               "method 'auto' does not speculate")
-            ks = _int_list(ctx, entry_d["num_speculative_tokens"], entry_d, "num_speculative_tokens",
-                           f"{path}.num_speculative_tokens")
+                raise ctx.fail(
+                    entry_d,
+                    "num_speculative_tokens",
+                    f"{path}.num_speculative_tokens",
+                    "method 'auto' does not speculate",
+                )
+            ks = _int_list(
+                ctx,
+                entry_d["num_speculative_tokens"],
+                entry_d,
+                "num_speculative_tokens",
+                f"{path}.num_speculative_tokens",
+            )
         if "tree_budget" in entry_d:
             if method != "ddtree":
-                raise ctx.fail(entry_d, "tree_budget", f"{path}.tree_budget",
-                               f"only method 'ddtree' takes a tree budget, not {method!r}")
+                raise ctx.fail(
+                    entry_d,
+                    "tree_budget",
+                    f"{path}.tree_budget",
+                    f"only method 'ddtree' takes a tree budget, not {method!r}",
+                )
             budgets = _int_list(ctx, entry_d["tree_budget"], entry_d, "tree_budget", f"{path}.tree_budget")
         elif method == "ddtree":
             raise ctx.fail(container, ckey, f"{path}.tree_budget", "method 'ddtree' needs a tree budget")
         drafter = None
         if "drafter" in entry_d:
             drafter = _str(ctx, entry_d["drafter"], entry_d, "drafter", f"{path}.drafter")
-        if method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") and not (drafter or sweep.get("drafter")):
-            raise ctx.fail(container, ckey, f"{path}.drafter",
-                           f"method {method!r} needs a drafter (set it here or at the top level)")
+        if method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") and not (
+            drafter or sweep.get("drafter")
+        ):
+            raise ctx.fail(
+                container,
+                ckey,
+                f"{path}.drafter",
+                f"method {method!r} needs a drafter (set it here or at the top level)",
+            )
         build = None
         if "engine_build" in entry_d:
             build = _str(ctx, entry_d["engine_build"], entry_d, "engine_build", f"{path}.engine_build")
         prefix = entry_d.get("prefix_caching")
         if prefix is not None and not isinstance(prefix, bool):
-            raise ctx.fail(entry_d, "prefix_caching", f"{path}.prefix_caching", f"expected true/false, got {prefix!r}")
+            raise ctx.fail(
+                entry_d, "prefix_caching", f"{path}.prefix_caching", f"expected true/false, got {prefix!r}"
+            )
         if method == "ddtree" and prefix is True:
-            raise ctx.fail(entry_d, "prefix_caching", f"{path}.prefix_caching",
-                           "DDTree is measured with prefix caching off")
-        extra = _str_list(ctx, entry_d["extra_args"], entry_d, "extra_args", f"{path}.extra_args") \
-            if "extra_args" in entry_d else []
+            raise ctx.fail(
+                entry_d,
+                "prefix_caching",
+                f"{path}.prefix_caching",
+                "DDTree is measured with prefix caching off",
+            )
+        extra = (
+            _str_list(ctx, entry_d["extra_args"], entry_d, "extra_args", f"{path}.extra_args")
+            if "extra_args" in entry_d
+            else []
+        )
         for k, b in itertools.product(ks, budgets):
             variants.append(MethodVariant(method, k, b, drafter, build, prefix, list(extra)))
     return variants
@@ -527,8 +594,14 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         raise ctx.fail(data, "engine", "engine", f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
     model = _str(ctx, data["model"], data, "model", "model")
     drafter = _str(ctx, data["drafter"], data, "drafter", "drafter") if "drafter" in data else ""
-    engine_build = _str(ctx, data["engine_build"], data, "engine_build", "engine_build") if "engine_build" in data else ""
-    description = _str(ctx, data["description"], data, "description", "description") if "description" in data else ""
+    engine_build = (
+        _str(ctx, data["engine_build"], data, "engine_build", "engine_build")
+        if "engine_build" in data
+        else ""
+    )
+    description = (
+        _str(ctx, data["description"], data, "description", "description") if "description" in data else ""
+    )
     port = _int(ctx, data["port"], data, "port", "port", 1) if data.get("port") is not None else None
 
     server: dict[str, Any] = {}
@@ -548,11 +621,15 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
             elif key == "extra_args":
                 server[key] = _str_list(ctx, val, sd, key, p)
             elif key == "env":
-                if not isinstance(val, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in val.items()):
+                if not isinstance(val, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in val.items()
+                ):
                     raise ctx.fail(sd, key, p, "expected a mapping of strings to strings (quote numbers)")
                 server[key] = dict(val)
     if engine == "external" and not server.get("endpoint_url"):
-        raise ctx.fail(data, "server", "server.endpoint_url", "engine 'external' needs the URL of a running server")
+        raise ctx.fail(
+            data, "server", "server.endpoint_url", "engine 'external' needs the URL of a running server"
+        )
 
     grid_d = data["grid"]
     _check_keys(ctx, grid_d, {"tp", "methods", *GRID_AXES}, "grid", data, "grid")
@@ -591,10 +668,16 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
             else:
                 workload[key] = _str(ctx, val, wd, key, p)
         if workload.get("dataset", "random") not in ("random", "sharegpt", "jsonl"):
-            raise ctx.fail(wd, "dataset", "workload.dataset",
-                           f"unknown dataset {workload['dataset']!r} (known: random, sharegpt, jsonl)")
+            raise ctx.fail(
+                wd,
+                "dataset",
+                "workload.dataset",
+                f"unknown dataset {workload['dataset']!r} (known: random, sharegpt, jsonl)",
+            )
         if workload.get("dataset") in ("sharegpt", "jsonl") and not workload.get("dataset_path"):
-            raise ctx.fail(wd, "dataset", "workload.dataset_path", f"dataset {workload['dataset']!r} needs a path")
+            raise ctx.fail(
+                wd, "dataset", "workload.dataset_path", f"dataset {workload['dataset']!r} needs a path"
+            )
     for axis in GRID_AXES:
         if axis in grid_d and axis in workload:
             raise ctx.fail(wd, axis, f"workload.{axis}", f"also given as grid.{axis}; give it in one place")
@@ -663,8 +746,14 @@ def _check_against_flags(ctx: _Ctx, spec: SweepSpec, grid_d: Any) -> None:
         try:
             adapter.method_entry(variant.method, build)
         except EngineConfigError as exc:
-            idx = next((i for i, m in enumerate(methods_node)
-                        if (m == variant.method) or (isinstance(m, dict) and m.get("method") == variant.method)), None)
+            idx = next(
+                (
+                    i
+                    for i, m in enumerate(methods_node)
+                    if (m == variant.method) or (isinstance(m, dict) and m.get("method") == variant.method)
+                ),
+                None,
+            )
             raise ctx.fail(methods_node, idx, f"grid.methods[{idx}]", str(exc)) from None
 
 

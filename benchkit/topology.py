@@ -145,7 +145,7 @@ class TopoMatrix:
 
         A single GPU scores (1000, 0): nothing to cross. Higher tuples are better-connected.
         """
-        pairs = [(a, b) for k, a in enumerate(group) for b in group[k + 1:]]
+        pairs = [(a, b) for k, a in enumerate(group) for b in group[k + 1 :]]
         if not pairs:
             return (1000, 0)
         q = [link_quality(self.links[p]) for p in pairs]
@@ -243,13 +243,13 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         if name in rows_seen:
             raise TopologyError(f"line {lineno}: row {name!r} appears twice")
         rows_seen.add(name)
-        link_cells = [c.strip() for c in cells[1:1 + len(devices)]]
+        link_cells = [c.strip() for c in cells[1 : 1 + len(devices)]]
         if len(link_cells) != len(devices):
             raise TopologyError(
                 f"line {lineno}: row {name!r} has {len(link_cells)} link cells, header has {len(devices)}"
             )
-        rest = [c.strip() for c in cells[1 + len(devices):] if c.strip()]
-        for col, code in zip(devices, link_cells):
+        rest = [c.strip() for c in cells[1 + len(devices) :] if c.strip()]
+        for col, code in zip(devices, link_cells, strict=True):
             if code != "X":
                 try:
                     link_quality(code)
@@ -262,7 +262,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         if name.startswith("NIC"):
             continue  # NIC rows repeat the GPU->NIC links and carry no affinity
         i = gpu_index[name]
-        for col, code in zip(devices, link_cells):
+        for col, code in zip(devices, link_cells, strict=True):
             if col.startswith("GPU"):
                 topo.links[(i, gpu_index[col])] = code
             else:
@@ -271,7 +271,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             raise TopologyError(
                 f"line {lineno}: row {name!r} has {len(rest)} trailing cells {rest}, header names {trailing}"
             )
-        for col, value in zip(trailing, rest):
+        for col, value in zip(trailing, rest, strict=False):  # rest may be shorter
             if value == "N/A":
                 if col == "NUMA Affinity":
                     topo.numa_affinity[i] = -1

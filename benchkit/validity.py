@@ -34,7 +34,9 @@ REASON_CODES: dict[str, str] = {
     ),
     "gpus_not_idle": "the GPUs were not idle before the run",
     "gpus_not_freed": "the GPUs were not freed after the run",
-    "suspect": "server acceptance length and client-side estimates disagree by more than 15 % (run still counts)",
+    "suspect": (
+        "server acceptance length and client-side estimates disagree by more than 15 % (run still counts)"
+    ),
 }
 
 #: Codes that are marks, not failures.

@@ -76,7 +76,9 @@ class TokenizerClient:
     problems, and WorkloadError for any other non-2xx answer or a malformed body.
     """
 
-    def __init__(self, base_url: str, model: str, timeout_s: float = 30.0, client: httpx.Client | None = None):
+    def __init__(
+        self, base_url: str, model: str, timeout_s: float = 30.0, client: httpx.Client | None = None
+    ):
         self.model = model
         self._own = client is None
         self._client = client or httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
@@ -99,7 +101,9 @@ class TokenizerClient:
 
     def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text` in the server's tokenizer (`POST /tokenize`)."""
-        body = self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens})
+        body = self._post(
+            "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens}
+        )
         tokens = body.get("tokens")
         if not isinstance(tokens, list):
             raise WorkloadError(f"/tokenize: response has no 'tokens' list: {str(body)[:200]}")
@@ -138,18 +142,23 @@ def random_prompts(
     when input_len is below the special-token count or a prompt does not converge.
     """
     if input_len < 1 or output_len < 1:
-        raise WorkloadError(f"workload: input_len and output_len must be >= 1 (got {input_len}, {output_len})")
+        raise WorkloadError(
+            f"workload: input_len and output_len must be >= 1 (got {input_len}, {output_len})"
+        )
     rng = np.random.default_rng(seed)
     if tok is None:
         words = np.array(_APPROX_WORDS)
         return [
-            Prompt(" ".join(rng.choice(words, size=input_len)), input_len, output_len, approx=True) for _ in range(n)
+            Prompt(" ".join(rng.choice(words, size=input_len)), input_len, output_len, approx=True)
+            for _ in range(n)
         ]
     pool = np.array(sorted(set(tok.tokenize(_POOL_TEXT, add_special_tokens=False))))
     n_special = len(tok.tokenize("", add_special_tokens=True))
     target = input_len - n_special
     if target < 1:
-        raise WorkloadError(f"workload: input_len {input_len} leaves no room beside {n_special} special token(s)")
+        raise WorkloadError(
+            f"workload: input_len {input_len} leaves no room beside {n_special} special token(s)"
+        )
     prompts = []
     for i in range(n):
         ids = list(rng.choice(pool, size=target))
@@ -169,8 +178,9 @@ def random_prompts(
                 ids = plain[:-1] + list(rng.choice(pool, size=1))
         else:
             raise WorkloadError(
-                f"workload: random prompt {i}: could not reach exactly {input_len} tokens in {max_retries} rounds "
-                f"(last count {count}); the server's tokenizer does not round-trip these tokens"
+                f"workload: random prompt {i}: could not reach exactly {input_len} tokens in "
+                f"{max_retries} rounds (last count {count}); the server's tokenizer does not "
+                "round-trip these tokens"
             )
     return prompts
 
@@ -203,7 +213,11 @@ def load_sharegpt(path: str | Path) -> list[str]:
         if not conv or not isinstance(conv[0], dict):
             continue
         first = conv[0]
-        if first.get("from") in ("human", "user") and isinstance(first.get("value"), str) and first["value"].strip():
+        if (
+            first.get("from") in ("human", "user")
+            and isinstance(first.get("value"), str)
+            and first["value"].strip()
+        ):
             texts.append(first["value"])
     return texts
 
@@ -279,7 +293,9 @@ def _build(workload: WorkloadSpec, n: int, tok: TokenizerClient | None) -> list[
     elif workload.dataset == "jsonl":
         rows = load_jsonl(workload.dataset_path)
     else:
-        raise WorkloadError(f"workload: unknown dataset {workload.dataset!r} (expected random, sharegpt or jsonl)")
+        raise WorkloadError(
+            f"workload: unknown dataset {workload.dataset!r} (expected random, sharegpt or jsonl)"
+        )
     if len(rows) < n:
         raise WorkloadError(
             f"{workload.dataset_path}: {len(rows)} usable prompt(s), the run needs {n} "

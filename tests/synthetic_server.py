@@ -174,7 +174,9 @@ class SyntheticServer:
         cfg = self.config
         mode = cfg.failures.get(ordinal)
         if mode == "http_500":
-            return web.json_response({"object": "error", "message": "synthetic failure", "code": 500}, status=500)
+            return web.json_response(
+                {"object": "error", "message": "synthetic failure", "code": 500}, status=500
+            )
         if mode == "hang":
             await asyncio.sleep(cfg.hang_s)
             return web.json_response({"object": "error", "message": "hung"}, status=504)
@@ -204,8 +206,11 @@ class SyntheticServer:
                 choice = {"index": 0, "text": text, "finish_reason": finish}
             msg = {"id": f"cmpl-{ordinal}", "object": obj, "model": cfg.model, "choices": [choice]}
             if cont_usage:
-                msg["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": cum,
-                                "total_tokens": prompt_tokens + cum}
+                msg["usage"] = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": cum,
+                    "total_tokens": prompt_tokens + cum,
+                }
             return msg
 
         if chat:  # vLLM's first chat chunk: the role, no token
@@ -215,7 +220,11 @@ class SyntheticServer:
         sent, j = 0, 0
         letters = string.ascii_lowercase
         while sent < n_out:
-            k = cfg.tokens_per_message if (j > 0 or cfg.first_message_tokens is None) else cfg.first_message_tokens
+            k = (
+                cfg.tokens_per_message
+                if (j > 0 or cfg.first_message_tokens is None)
+                else cfg.first_message_tokens
+            )
             k = min(k, n_out - sent)
             due = t0 + (cfg.ttft_ms + j * cfg.gap_ms) / 1000.0
             await asyncio.sleep(max(0.0, due - loop.time()))
@@ -232,9 +241,21 @@ class SyntheticServer:
                 request.transport.close()
                 return resp
         if final_usage:
-            await resp.write(_sse({"id": f"cmpl-{ordinal}", "object": obj, "model": cfg.model, "choices": [],
-                                   "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                                             "total_tokens": prompt_tokens + sent}}))
+            await resp.write(
+                _sse(
+                    {
+                        "id": f"cmpl-{ordinal}",
+                        "object": obj,
+                        "model": cfg.model,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": sent,
+                            "total_tokens": prompt_tokens + sent,
+                        },
+                    }
+                )
+            )
         await resp.write(_sse("[DONE]"))
         await resp.write_eof()
         return resp

@@ -23,8 +23,16 @@ UUIDS = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(8)]
 
 
 def pcie8_inventory() -> HostInventory:
-    gpus = [GpuInfo(index=i, uuid=UUIDS[i], pci_bus_id=f"00000000:{i + 1:02X}:00.0", name="RTX PRO 6000",
-                    numa_node=PCIE8.numa_affinity[i]) for i in range(8)]
+    gpus = [
+        GpuInfo(
+            index=i,
+            uuid=UUIDS[i],
+            pci_bus_id=f"00000000:{i + 1:02X}:00.0",
+            name="RTX PRO 6000",
+            numa_node=PCIE8.numa_affinity[i],
+        )
+        for i in range(8)
+    ]
     return HostInventory(hostname="ws", gpus=gpus, topology=PCIE8, topology_source="nvidia-smi topo -m")
 
 
@@ -82,8 +90,10 @@ def test_nvlink_host():
 
 def test_nvlink_island_preferred_over_pcie_neighbour():
     # GPUs 0,1 on NVLink; 2 only on PCIe; all on one NUMA node.
-    text = ("\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
-            "GPU0\t X \tPIX\tNV4\t0-7\t0\nGPU1\tPIX\t X \tPIX\t0-7\t0\nGPU2\tNV4\tPIX\t X \t0-7\t0\n")
+    text = (
+        "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
+        "GPU0\t X \tPIX\tNV4\t0-7\t0\nGPU1\tPIX\t X \tPIX\t0-7\t0\nGPU2\tNV4\tPIX\t X \t0-7\t0\n"
+    )
     topo = parse_topo_matrix(text)
     a = choose_gpus(topo, 2)
     assert a.indices == [0, 2] and a.worst_link == "NV4"
@@ -92,7 +102,9 @@ def test_nvlink_island_preferred_over_pcie_neighbour():
 
 
 def test_not_enough_gpus():
-    with pytest.raises(AllocationError, match=r"TP4 needs 4 free GPUs; host has 8 GPUs .* busy \[0, 1, 2, 4, 5\]"):
+    with pytest.raises(
+        AllocationError, match=r"TP4 needs 4 free GPUs; host has 8 GPUs .* busy \[0, 1, 2, 4, 5\]"
+    ):
         choose_gpus(PCIE8, 4, busy={0, 1, 2, 4, 5})
     with pytest.raises(AllocationError, match="TP size must be >= 1"):
         choose_gpus(PCIE8, 0)
@@ -118,8 +130,10 @@ def test_plan_sweep_gives_one_set_per_tp():
 
 def test_inconsistent_tp_gpus():
     runs = [
-        (1, [UUIDS[0]]), (1, [UUIDS[1]]),  # the users' TP1-on-GPU1 problem
-        (4, UUIDS[0:4]), (4, list(reversed(UUIDS[0:4]))),  # same set, other order: fine
+        (1, [UUIDS[0]]),
+        (1, [UUIDS[1]]),  # the users' TP1-on-GPU1 problem
+        (4, UUIDS[0:4]),
+        (4, list(reversed(UUIDS[0:4]))),  # same set, other order: fine
         (8, UUIDS),
     ]
     assert inconsistent_tp_gpus(runs) == [1]
@@ -148,7 +162,8 @@ def test_properties_on_pcie8(n, busy):
     assert a.crosses_numa == (not one_socket_exists)
     # the chosen set is the lowest-index set among the equally good ones
     if not a.crosses_numa:
-        same_socket = [c for c in itertools.combinations(free, n)
-                       if len({PCIE8.numa_affinity[i] for i in c}) == 1]
+        same_socket = [
+            c for c in itertools.combinations(free, n) if len({PCIE8.numa_affinity[i] for i in c}) == 1
+        ]
         assert tuple(a.indices) == min(same_socket)
     assert choose_gpus(PCIE8, n, busy=busy) == a

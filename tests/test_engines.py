@@ -12,10 +12,33 @@ import pytest
 from benchkit.engines import EngineConfigError, adapter_for, load_flags, read_block_size
 from benchkit.specs import GpuRef, ServerConfig
 
-VLLM = ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/target", "--port", "8000",
-        "--tensor-parallel-size", "2"]
-SGL = ["py", "-m", "sglang.launch_server", "--model-path", "/m/target", "--port", "30000", "--tp-size", "4",
-       "--enable-metrics"]
+VLLM = [
+    "py",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    "/m/target",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "8000",
+    "--tensor-parallel-size",
+    "2",
+]
+SGL = [
+    "py",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "/m/target",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "30000",
+    "--tp-size",
+    "4",
+    "--enable-metrics",
+]
 
 
 def vllm_server(**kw) -> ServerConfig:
@@ -34,21 +57,44 @@ def spec_json(**d) -> str:
     ("kw", "tail"),
     [
         ({"method": "auto"}, []),
-        ({"method": "ngram"}, ["--speculative-config", spec_json(
-            method="ngram", num_speculative_tokens=4, prompt_lookup_max=4, prompt_lookup_min=2)]),
-        ({"method": "ngram", "num_speculative_tokens": 6}, ["--speculative-config", spec_json(
-            method="ngram", num_speculative_tokens=6, prompt_lookup_max=4, prompt_lookup_min=2)]),
-        ({"method": "draft_model", "num_speculative_tokens": 2}, ["--speculative-config", spec_json(
-            method="draft_model", model="/m/draft", num_speculative_tokens=2)]),
-        ({"method": "eagle", "num_speculative_tokens": 3}, ["--speculative-config", spec_json(
-            method="eagle", model="/m/draft", num_speculative_tokens=3)]),
-        ({"method": "eagle3", "num_speculative_tokens": 5}, ["--speculative-config", spec_json(
-            method="eagle3", model="/m/draft", num_speculative_tokens=5)]),
+        (
+            {"method": "ngram"},
+            [
+                "--speculative-config",
+                spec_json(method="ngram", num_speculative_tokens=4, prompt_lookup_max=4, prompt_lookup_min=2),
+            ],
+        ),
+        (
+            {"method": "ngram", "num_speculative_tokens": 6},
+            [
+                "--speculative-config",
+                spec_json(method="ngram", num_speculative_tokens=6, prompt_lookup_max=4, prompt_lookup_min=2),
+            ],
+        ),
+        (
+            {"method": "draft_model", "num_speculative_tokens": 2},
+            [
+                "--speculative-config",
+                spec_json(method="draft_model", model="/m/draft", num_speculative_tokens=2),
+            ],
+        ),
+        (
+            {"method": "eagle", "num_speculative_tokens": 3},
+            ["--speculative-config", spec_json(method="eagle", model="/m/draft", num_speculative_tokens=3)],
+        ),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 5},
+            ["--speculative-config", spec_json(method="eagle3", model="/m/draft", num_speculative_tokens=5)],
+        ),
         ({"method": "eagle3"}, ["--speculative-config", spec_json(method="eagle3", model="/m/draft")]),
-        ({"method": "mtp", "num_speculative_tokens": 1}, ["--speculative-config", spec_json(
-            method="mtp", num_speculative_tokens=1)]),
-        ({"method": "linear", "num_speculative_tokens": 15}, ["--speculative-config", spec_json(
-            method="dflash", model="/m/draft", num_speculative_tokens=15)]),
+        (
+            {"method": "mtp", "num_speculative_tokens": 1},
+            ["--speculative-config", spec_json(method="mtp", num_speculative_tokens=1)],
+        ),
+        (
+            {"method": "linear", "num_speculative_tokens": 15},
+            ["--speculative-config", spec_json(method="dflash", model="/m/draft", num_speculative_tokens=15)],
+        ),
     ],
 )
 def test_vllm_argv_per_method(kw, tail):
@@ -57,12 +103,30 @@ def test_vllm_argv_per_method(kw, tail):
 
 
 def test_vllm_options_prefix_caching_seed_and_extra_args():
-    server = vllm_server(method="auto", dtype="float32", max_model_len=2048, load_format="dummy",
-                         served_model_name="demo", prefix_caching=False, extra_args=["--enforce-eager"])
+    server = vllm_server(
+        method="auto",
+        dtype="float32",
+        max_model_len=2048,
+        load_format="dummy",
+        served_model_name="demo",
+        prefix_caching=False,
+        extra_args=["--enforce-eager"],
+    )
     argv = adapter_for("vllm").build_argv(server, 8000, python="py", seed=7)
-    assert argv == VLLM + ["--dtype", "float32", "--max-model-len", "2048", "--load-format", "dummy",
-                           "--served-model-name", "demo", "--seed", "7", "--no-enable-prefix-caching",
-                           "--enforce-eager"]
+    assert argv == VLLM + [
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--load-format",
+        "dummy",
+        "--served-model-name",
+        "demo",
+        "--seed",
+        "7",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+    ]
     on = adapter_for("vllm").build_argv(vllm_server(prefix_caching=True), 8000, python="py")
     assert on == VLLM + ["--enable-prefix-caching"]
 
@@ -72,22 +136,79 @@ def test_vllm_options_prefix_caching_seed_and_extra_args():
     [
         ({"method": "auto"}, []),
         ({"method": "ngram"}, ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"]),
-        ({"method": "draft_model", "num_speculative_tokens": 2},
-         ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/m/draft",
-          "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]),
-        ({"method": "eagle"},
-         ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/m/draft",
-          "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]),
-        ({"method": "eagle3", "num_speculative_tokens": 5},
-         ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/draft",
-          "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6"]),
-        ({"method": "mtp"},
-         ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-          "--speculative-num-draft-tokens", "4"]),
-        ({"method": "linear"}, ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/m/draft"]),
-        ({"method": "linear", "num_speculative_tokens": 15},
-         ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/m/draft",
-          "--speculative-dflash-block-size", "16"]),
+        (
+            {"method": "draft_model", "num_speculative_tokens": 2},
+            [
+                "--speculative-algorithm",
+                "STANDALONE",
+                "--speculative-draft-model-path",
+                "/m/draft",
+                "--speculative-num-steps",
+                "2",
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                "3",
+            ],
+        ),
+        (
+            {"method": "eagle"},
+            [
+                "--speculative-algorithm",
+                "EAGLE",
+                "--speculative-draft-model-path",
+                "/m/draft",
+                "--speculative-num-steps",
+                "3",
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                "4",
+            ],
+        ),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 5},
+            [
+                "--speculative-algorithm",
+                "EAGLE3",
+                "--speculative-draft-model-path",
+                "/m/draft",
+                "--speculative-num-steps",
+                "5",
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                "6",
+            ],
+        ),
+        (
+            {"method": "mtp"},
+            [
+                "--speculative-algorithm",
+                "NEXTN",
+                "--speculative-num-steps",
+                "3",
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                "4",
+            ],
+        ),
+        (
+            {"method": "linear"},
+            ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/m/draft"],
+        ),
+        (
+            {"method": "linear", "num_speculative_tokens": 15},
+            [
+                "--speculative-algorithm",
+                "DFLASH",
+                "--speculative-draft-model-path",
+                "/m/draft",
+                "--speculative-dflash-block-size",
+                "16",
+            ],
+        ),
     ],
 )
 def test_sglang_argv_per_method(kw, tail):
@@ -99,18 +220,30 @@ def test_sglang_argv_per_method(kw, tail):
 def test_sglang_ddtree_build_argv(budget):
     server = sgl_server(method="ddtree", tree_budget=budget, engine_build="sglang-ddtree-pr")
     argv = adapter_for("sglang").build_argv(server, 30000, python="py")
-    assert argv == SGL + ["--disable-radix-cache", "--speculative-algorithm", "DDTREE",
-                          "--speculative-draft-model-path", "/m/draft", "--speculative-ddtree-budget", str(budget)]
+    assert argv == SGL + [
+        "--disable-radix-cache",
+        "--speculative-algorithm",
+        "DDTREE",
+        "--speculative-draft-model-path",
+        "/m/draft",
+        "--speculative-ddtree-budget",
+        str(budget),
+    ]
 
 
 def test_dflash_k_defaults_to_block_size_minus_one(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], "block_size": 16}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["DFlashDraftModel"], "block_size": 16})
+    )
     assert read_block_size(tmp_path) == 16
     server = ServerConfig(engine="vllm", model="/m/target", drafter=str(tmp_path), method="linear")
     argv = adapter_for("vllm").build_argv(server, 8000, python="py")
     assert json.loads(argv[-1]) == {"method": "dflash", "model": str(tmp_path), "num_speculative_tokens": 15}
     sgl = ServerConfig(engine="sglang", model="/m/target", drafter=str(tmp_path), method="linear")
-    assert adapter_for("sglang").build_argv(sgl, 30000, python="py")[-2:] == ["--speculative-dflash-block-size", "16"]
+    assert adapter_for("sglang").build_argv(sgl, 30000, python="py")[-2:] == [
+        "--speculative-dflash-block-size",
+        "16",
+    ]
 
 
 def test_default_python_is_current_interpreter():
@@ -122,8 +255,16 @@ def test_default_python_is_current_interpreter():
     [
         ("vllm", {"method": "ddtree", "tree_budget": 15}, "method 'ddtree' is not defined"),
         ("sglang", {"method": "ddtree", "engine_build": "sglang-ddtree-pr"}, "ServerConfig.tree_budget"),
-        ("sglang", {"method": "ddtree", "tree_budget": 15, "engine_build": "sglang-ddtree-pr",
-                    "prefix_caching": True}, "ServerConfig.prefix_caching"),
+        (
+            "sglang",
+            {
+                "method": "ddtree",
+                "tree_budget": 15,
+                "engine_build": "sglang-ddtree-pr",
+                "prefix_caching": True,
+            },
+            "ServerConfig.prefix_caching",
+        ),
         ("sglang", {"method": "auto", "engine_build": "no-such-build"}, "unknown build"),
         ("vllm", {"method": "auto", "engine_build": "sglang-ddtree-pr"}, "is a build of 'sglang'"),
         ("vllm", {"method": "eagle3", "drafter": ""}, "ServerConfig.drafter"),
@@ -170,20 +311,38 @@ builds:
     )
     vllm = adapter_for("vllm", flags_file=user)
     assert vllm.build_argv(vllm_server(method="ngram"), 8000, python="py") == VLLM + [
-        "--speculative-config", spec_json(method="ngram", num_speculative_tokens=3, prompt_lookup_max=8)]
+        "--speculative-config",
+        spec_json(method="ngram", num_speculative_tokens=3, prompt_lookup_max=8),
+    ]
     # untouched methods keep the shipped entries
     assert vllm.build_argv(vllm_server(method="mtp"), 8000, python="py") == VLLM + [
-        "--speculative-config", spec_json(method="mtp")]
-    fork = vllm.build_argv(vllm_server(method="ddtree", tree_budget=32, engine_build="vllm-ddtree-fork"),
-                           8001, python="py")
-    assert fork == ["py", "-m", "vllm_ddtree.serve", "--model", "/m/target", "--port", "8001",
-                    "--speculative-config", spec_json(method="ddtree", model="/m/draft", budget=32)]
+        "--speculative-config",
+        spec_json(method="mtp"),
+    ]
+    fork = vllm.build_argv(
+        vllm_server(method="ddtree", tree_budget=32, engine_build="vllm-ddtree-fork"), 8001, python="py"
+    )
+    assert fork == [
+        "py",
+        "-m",
+        "vllm_ddtree.serve",
+        "--model",
+        "/m/target",
+        "--port",
+        "8001",
+        "--speculative-config",
+        spec_json(method="ddtree", model="/m/draft", budget=32),
+    ]
     sgl = adapter_for("sglang", flags_file=user)
-    argv = sgl.build_argv(sgl_server(method="ddtree", tree_budget=15, engine_build="sglang-ddtree-pr"),
-                          30000, python="py")
+    argv = sgl.build_argv(
+        sgl_server(method="ddtree", tree_budget=15, engine_build="sglang-ddtree-pr"), 30000, python="py"
+    )
     assert argv[-2:] == ["--ddtree-node-budget", "15"]
     # the shipped file is not modified by the override
-    assert load_flags()["builds"]["sglang-ddtree-pr"]["methods"]["ddtree"]["args"][-2] == "--speculative-ddtree-budget"
+    assert (
+        load_flags()["builds"]["sglang-ddtree-pr"]["methods"]["ddtree"]["args"][-2]
+        == "--speculative-ddtree-budget"
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,8 +370,11 @@ def test_bad_flags_file_errors(tmp_path, text, needle):
 def test_env_urls_ports():
     gpus = [GpuRef(index=0, uuid="GPU-aaa"), GpuRef(index=3, uuid="")]
     vllm, sgl = adapter_for("vllm"), adapter_for("sglang")
-    assert vllm.env(gpus) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "GPU-aaa,3",
-                              "VLLM_SERVER_DEV_MODE": "1"}
+    assert vllm.env(gpus) == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "GPU-aaa,3",
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
     assert sgl.env([]) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert vllm.env([], base={"PATH": "/bin"})["PATH"] == "/bin"
     assert vllm.ready_urls("http://h:8000/") == ["http://h:8000/health", "http://h:8000/v1/models"]
@@ -257,3 +419,14 @@ def test_version_reads_installed_distribution_without_server():
         assert sgl["version"] == importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         assert sgl == {"distribution": None, "version": None, "git_commit": None}
+
+
+def test_env_merges_server_env_and_allocation_wins():
+    server = vllm_server(env={"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "5"})
+    env = adapter_for("vllm").env([GpuRef(index=2, uuid="GPU-b")], server=server)
+    assert env == {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "CUDA_VISIBLE_DEVICES": "GPU-b",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "VLLM_SERVER_DEV_MODE": "1",
+    }

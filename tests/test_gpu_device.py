@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -63,8 +62,12 @@ def test_real_inventory(inventory):
     assert inventory.topology_source == "nvidia-smi topo -m", inventory.missing
     assert inventory.topology.indices == list(range(n))
     assert collect_inventory().fingerprint() == inventory.fingerprint()
-    print("inventory:", inventory.fingerprint(), inventory.topology.to_dict()["links"],
-          {g.index: (g.numa_node, g.numa_source, g.missing) for g in inventory.gpus})
+    print(
+        "inventory:",
+        inventory.fingerprint(),
+        inventory.topology.to_dict()["links"],
+        {g.index: (g.numa_node, g.numa_source, g.missing) for g in inventory.gpus},
+    )
 
 
 def test_device_nodes():
@@ -125,8 +128,9 @@ def test_teardown_frees_a_real_cuda_process_group(inventory, tmp_path):
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=uuid)
-    proc = subprocess.Popen([sys.executable, str(script), "server", str(tmp_path), "2048"],
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "server", str(tmp_path), "2048"], env=env, start_new_session=True
+    )
     pgid = proc.pid
     try:
         deadline = time.monotonic() + 180

@@ -15,6 +15,7 @@ from benchkit.inventory import (
     cpu_ranges,
     sysfs_bus_id,
 )
+from benchkit.topology import parse_topo_matrix
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hardware"
 LOCAL = Path(__file__).resolve().parent / "fixtures" / "hardware"
@@ -29,6 +30,7 @@ def topo_cmd(d: Path = H200):
     def run(argv):
         assert list(argv) == ["nvidia-smi", "topo", "-m"]
         return (d / "topo-m.txt").read_text()
+
     return run
 
 
@@ -43,11 +45,15 @@ def empty_sysfs(tmp_path: Path) -> Path:
 
 def test_replay_matches_nvidia_smi_query(tmp_path):
     """NVML readings replayed through the inventory agree with nvidia-smi's CSV of the same host."""
-    inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=topo_cmd(), sysfs_root=empty_sysfs(tmp_path))
+    inv = collect_inventory(
+        nvml=ReplayNvml(nvml_data()), run_cmd=topo_cmd(), sysfs_root=empty_sysfs(tmp_path)
+    )
     with (H200 / "query-gpu.csv").open() as f:
-        rows = [{k.strip(): v.strip() for k, v in r.items()} for r in csv.DictReader(f, skipinitialspace=True)]
+        rows = [
+            {k.strip(): v.strip() for k, v in r.items()} for r in csv.DictReader(f, skipinitialspace=True)
+        ]
     assert [g.index for g in inv.gpus] == [int(r["index"]) for r in rows]
-    for g, r in zip(inv.gpus, rows):
+    for g, r in zip(inv.gpus, rows, strict=True):
         assert g.uuid == r["uuid"]
         assert g.pci_bus_id == r["pci.bus_id"]
         assert g.name == r["name"]
@@ -60,7 +66,9 @@ def test_replay_matches_nvidia_smi_query(tmp_path):
 
 
 def test_replay_nvlink_numa_and_missing(tmp_path):
-    inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=topo_cmd(), sysfs_root=empty_sysfs(tmp_path))
+    inv = collect_inventory(
+        nvml=ReplayNvml(nvml_data()), run_cmd=topo_cmd(), sysfs_root=empty_sysfs(tmp_path)
+    )
     g0 = inv.gpus[0]
     assert g0.nvlink == [True] * 18 and g0.nvlink_active == 18
     assert g0.cpu_affinity == "0-31"
@@ -96,7 +104,7 @@ def test_numa_from_nvml_when_supported(tmp_path):
 
 def test_without_nvidia_smi_topology_comes_from_nvml(tmp_path):
     data = nvml_data()
-    for g, other in zip(data["gpus"], ("00000000:00:07.0", "00000000:00:06.0")):
+    for g, other in zip(data["gpus"], ("00000000:00:07.0", "00000000:00:06.0"), strict=True):
         g["nvlink_remote"] = [[k, other] for k in range(18)]
     sysfs = empty_sysfs(tmp_path)
     node0 = sysfs / "devices" / "system" / "node" / "node0"
@@ -123,8 +131,9 @@ def test_nvml_topology_without_nvlink_uses_common_ancestor(tmp_path):
 
 
 def test_bad_topo_text_is_recorded_not_raised(tmp_path):
-    inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=lambda argv: "garbage\n",
-                            sysfs_root=empty_sysfs(tmp_path))
+    inv = collect_inventory(
+        nvml=ReplayNvml(nvml_data()), run_cmd=lambda argv: "garbage\n", sysfs_root=empty_sysfs(tmp_path)
+    )
     assert "TopologyError" in inv.missing["topology_text"]
     assert inv.topology_source == "nvml"
 
@@ -132,6 +141,7 @@ def test_bad_topo_text_is_recorded_not_raised(tmp_path):
 def test_failing_nvidia_smi(tmp_path):
     def fail(argv):
         raise subprocess.CalledProcessError(9, argv)
+
     inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=fail, sysfs_root=empty_sysfs(tmp_path))
     assert "CalledProcessError" in inv.missing["topology_text"]
 
@@ -146,7 +156,9 @@ def test_this_host_without_gpu_is_valid():
 
 
 def test_round_trip_and_fingerprint(tmp_path):
-    inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=topo_cmd(), sysfs_root=empty_sysfs(tmp_path))
+    inv = collect_inventory(
+        nvml=ReplayNvml(nvml_data()), run_cmd=topo_cmd(), sysfs_root=empty_sysfs(tmp_path)
+    )
     back = HostInventory.from_dict(json.loads(json.dumps(inv.to_dict())))
     assert back == inv
     fp = inv.fingerprint()
@@ -170,6 +182,7 @@ def test_nvml_init_failure_is_a_gpu_less_host():
     class Broken:
         def nvmlInit(self):
             raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
     inv = collect_inventory(nvml=Broken(), run_cmd=no_nvidia_smi)
     assert inv.gpus == [] and "libnvidia-ml" in inv.missing["gpus"]
 
@@ -193,14 +206,39 @@ def test_device_capture_replays_to_the_live_inventory(tmp_path):
     """Raw NVML readings saved on the H200 machine, replayed here, give the inventory that
     machine computed live from the real NVML (GPU fields; host fields belong to each host)."""
     live = HostInventory.from_dict(json.loads((DEVICE / "inventory.json").read_text()))
-    replay = collect_inventory(nvml=ReplayNvml.from_file(DEVICE / "nvml.json"), run_cmd=topo_cmd(DEVICE),
-                               sysfs_root=empty_sysfs(tmp_path))
+    replay = collect_inventory(
+        nvml=ReplayNvml.from_file(DEVICE / "nvml.json"),
+        run_cmd=topo_cmd(DEVICE),
+        sysfs_root=empty_sysfs(tmp_path),
+    )
     assert len(replay.gpus) == len(live.gpus) == 2
-    for r, g in zip(replay.gpus, live.gpus):
-        for name in ("uuid", "pci_bus_id", "name", "memory_total_mib", "compute_capability",
-                     "pcie_gen_max", "pcie_width_max", "nvlink", "power_limit_w", "max_sm_clock_mhz",
-                     "max_mem_clock_mhz", "cpu_affinity"):
+    for r, g in zip(replay.gpus, live.gpus, strict=True):
+        for name in (
+            "uuid",
+            "pci_bus_id",
+            "name",
+            "memory_total_mib",
+            "compute_capability",
+            "pcie_gen_max",
+            "pcie_width_max",
+            "nvlink",
+            "power_limit_w",
+            "max_sm_clock_mhz",
+            "max_mem_clock_mhz",
+            "cpu_affinity",
+        ):
             assert getattr(r, name) == getattr(g, name), name
     assert replay.topology == live.topology
     assert replay.driver_version == live.driver_version
     assert replay.fingerprint() == live.fingerprint()
+
+
+def test_device_capture_without_nvidia_smi_finds_the_nvswitch_links(tmp_path):
+    """On the H200 machine every NVLink ends at an NVSwitch (remote bus FFFFFFFF:FF:FF.0); the
+    NVML-only rebuild must still give the NV18 that nvidia-smi printed there."""
+    data = json.loads((DEVICE / "nvml.json").read_text())
+    assert {bus for g in data["gpus"] for _, bus in g["nvlink_remote"]} == {"FFFFFFFF:FF:FF.0"}
+    inv = collect_inventory(nvml=ReplayNvml(data), run_cmd=no_nvidia_smi, sysfs_root=empty_sysfs(tmp_path))
+    printed = parse_topo_matrix((DEVICE / "topo-m.txt").read_text())
+    assert inv.topology_source == "nvml"
+    assert inv.topology.links == printed.links

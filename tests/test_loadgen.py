@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchkit.logs import decode_logs, encode_logs
 from benchkit.loadgen import arrival_offsets_s, run_load_sync
+from benchkit.logs import decode_logs, encode_logs
 from benchkit.metrics import compute_run_metrics, request_metrics
 from benchkit.specs import WorkloadSpec
 from benchkit.workloads import Prompt
@@ -32,7 +32,9 @@ def test_closed_loop_exact_counts_and_timings():
     measured = res.logs[2:]
     assert res.window_start_ns == min(log.send_ns for log in measured)
     assert res.window_end_ns == max(log.end_ns for log in measured)
-    assert all(log.send_ns >= max(w.end_ns for w in res.logs[:2]) for log in measured)  # warmup finished first
+    assert all(
+        log.send_ns >= max(w.end_ns for w in res.logs[:2]) for log in measured
+    )  # warmup finished first
     m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
     assert (m.completed, m.failed) == (6, 0)
     assert m.total_output_tokens == 6 * 12
@@ -60,8 +62,9 @@ def test_closed_loop_exact_counts_and_timings():
 
 def test_failures_are_recorded_not_raised():
     failures = {2: "http_500", 3: "hang", 4: "no_tokens", 5: "stream_error", 6: "drop", 7: "early_eos"}
-    cfg = SyntheticConfig(ttft_ms=5, gap_ms=5, tokens_per_message=2, failures=failures, hang_s=20,
-                          early_eos_tokens=4)
+    cfg = SyntheticConfig(
+        ttft_ms=5, gap_ms=5, tokens_per_message=2, failures=failures, hang_s=20, early_eos_tokens=4
+    )
     wl = WorkloadSpec(num_prompts=7, concurrency=1, output_len=10)
     with SyntheticServer(cfg) as url:
         res = run_load_sync(url, "synthetic", wl, prompts=prompts(8, 10), request_timeout_s=1.0)
@@ -99,7 +102,9 @@ def test_tokens_from_text_when_no_continuous_usage(usage):
 
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
 def test_chat_reasoning_tokens_count(field):
-    cfg = SyntheticConfig(ttft_ms=30, gap_ms=10, tokens_per_message=3, reasoning_tokens=6, reasoning_field=field)
+    cfg = SyntheticConfig(
+        ttft_ms=30, gap_ms=10, tokens_per_message=3, reasoning_tokens=6, reasoning_field=field
+    )
     wl = WorkloadSpec(num_prompts=2, concurrency=1, output_len=12)
     server = SyntheticServer(cfg)
     with server as url:
@@ -109,11 +114,19 @@ def test_chat_reasoning_tokens_count(field):
     for log in res.logs[1:]:
         kinds = [(e.kind, e.tokens) for e in log.events]
         # role-only first chunk (0 tokens), 2 reasoning chunks, 2 content chunks, final usage
-        assert kinds == [("content", 0), ("reasoning", 3), ("reasoning", 3), ("content", 3), ("content", 3),
-                         ("usage", 0)]
+        assert kinds == [
+            ("content", 0),
+            ("reasoning", 3),
+            ("reasoning", 3),
+            ("content", 3),
+            ("content", 3),
+            ("usage", 0),
+        ]
         rm = request_metrics(log)
         assert rm.n_output_tokens == 12
-        assert rm.ttft_ms == (log.events[1].t_ns - log.send_ns) / 1e6  # first reasoning chunk, not the role chunk
+        assert (
+            rm.ttft_ms == (log.events[1].t_ns - log.send_ns) / 1e6
+        )  # first reasoning chunk, not the role chunk
         assert rm.ttft_ms >= 30.0
 
 
@@ -126,8 +139,14 @@ def test_progress_and_window_start_callbacks():
 
     wl = WorkloadSpec(num_prompts=4, concurrency=2, output_len=3)
     with server as url:
-        res = run_load_sync(url, "synthetic", wl, prompts=prompts(6), progress=lambda d, t: calls.append((d, t)),
-                            on_window_start=on_window_start)
+        res = run_load_sync(
+            url,
+            "synthetic",
+            wl,
+            prompts=prompts(6),
+            progress=lambda d, t: calls.append((d, t)),
+            on_window_start=on_window_start,
+        )
     # called after the 2 warmup requests, before any measured one; progress counts measured requests only
     assert calls == [("window", 2)] + [(i, 4) for i in range(1, 5)]
     assert len(res.logs) == 6
@@ -142,7 +161,7 @@ def test_open_loop_follows_the_schedule():
     assert sends == sorted(sends)
     # each send waits for its absolute due time: gaps from the first send never fall short of the schedule
     # by more than the first send's own lateness (bounded here by 20 ms)
-    for s, off in zip(sends, offsets):
+    for s, off in zip(sends, offsets, strict=True):
         assert (s - sends[0]) / 1e9 >= off - 0.02
     assert res.achieved_rate_req_s == pytest.approx(7 / offsets[-1], rel=0.3)
 
@@ -151,7 +170,7 @@ def test_arrival_offsets():
     a = arrival_offsets_s(20000, 10.0, 1.0, seed=1)
     assert a == arrival_offsets_s(20000, 10.0, 1.0, seed=1)
     assert a != arrival_offsets_s(20000, 10.0, 1.0, seed=2)
-    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:]))
+    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:], strict=False))
     gaps = np.diff(a)
     assert gaps.mean() == pytest.approx(0.1, rel=0.03)
     assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)  # Poisson: CV = 1

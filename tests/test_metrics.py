@@ -29,16 +29,38 @@ def ev(ms: float, tokens: int, kind: str = "content") -> MessageEvent:
     return MessageEvent(t_ns=round(ms * MS), tokens=tokens, kind=kind)
 
 
-def make_log(index=0, send_ms=0.0, events=(), completion_tokens=None, prompt_tokens=10, ok=True, warmup=False,
-             error="", tokens_from_text=False, end_ms=None) -> RequestLog:
+def make_log(
+    index=0,
+    send_ms=0.0,
+    events=(),
+    completion_tokens=None,
+    prompt_tokens=10,
+    ok=True,
+    warmup=False,
+    error="",
+    tokens_from_text=False,
+    end_ms=None,
+) -> RequestLog:
     events = list(events)
     end = end_ms if end_ms is not None else (max((e.t_ns for e in events), default=0) / MS + 1)
-    return RequestLog(index=index, warmup=warmup, send_ns=round(send_ms * MS), events=events, ok=ok, error=error,
-                      prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                      tokens_from_text=tokens_from_text, input_len=10, output_len=6, end_ns=round(end * MS))
+    return RequestLog(
+        index=index,
+        warmup=warmup,
+        send_ns=round(send_ms * MS),
+        events=events,
+        ok=ok,
+        error=error,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        tokens_from_text=tokens_from_text,
+        input_len=10,
+        output_len=6,
+        end_ns=round(end * MS),
+    )
 
 
 # -- per request ------------------------------------------------------------------------
+
 
 def test_request_metrics_exact_values():
     log = make_log(events=[ev(10, 1), ev(30, 3), ev(40, 2), ev(41, 0, "usage")], completion_tokens=6)
@@ -55,7 +77,9 @@ def test_request_metrics_exact_values():
 
 
 def test_reasoning_counts_for_ttft_and_empty_messages_do_not():
-    log = make_log(send_ms=5, events=[ev(6, 0), ev(20, 2, "reasoning"), ev(35, 2, "content")], completion_tokens=4)
+    log = make_log(
+        send_ms=5, events=[ev(6, 0), ev(20, 2, "reasoning"), ev(35, 2, "content")], completion_tokens=4
+    )
     rm = request_metrics(log)
     assert rm.ttft_ms == 15.0
     assert rm.e2el_ms == 30.0
@@ -64,7 +88,9 @@ def test_reasoning_counts_for_ttft_and_empty_messages_do_not():
 
 def test_server_count_wins_over_client_count():
     # The server says 8 tokens; the client saw 4 in text-estimated messages.
-    log = make_log(events=[ev(10, 1), ev(20, 1), ev(30, 1), ev(40, 1)], completion_tokens=8, tokens_from_text=True)
+    log = make_log(
+        events=[ev(10, 1), ev(20, 1), ev(30, 1), ev(40, 1)], completion_tokens=8, tokens_from_text=True
+    )
     rm = request_metrics(log)
     assert rm.n_output_tokens == 8
     assert rm.client_tokens == 4
@@ -97,10 +123,13 @@ def test_failures():
 
 # -- per run ------------------------------------------------------------------------------
 
+
 def run_logs() -> list[RequestLog]:
     return [
         make_log(0, warmup=True, events=[ev(1, 1)], completion_tokens=1),  # ignored
-        make_log(1, send_ms=0, events=[ev(100, 1), ev(600, 4), ev(1200, 5)], completion_tokens=10, prompt_tokens=7),
+        make_log(
+            1, send_ms=0, events=[ev(100, 1), ev(600, 4), ev(1200, 5)], completion_tokens=10, prompt_tokens=7
+        ),
         make_log(2, send_ms=500, events=[ev(700, 2), ev(1100, 2)], completion_tokens=4, prompt_tokens=9),
         make_log(3, send_ms=600, ok=False, error="timeout after 1.0 s"),
         make_log(4, send_ms=700, events=[ev(900, 0, "usage")], completion_tokens=0),
@@ -132,7 +161,9 @@ def test_run_metrics_exact():
 def test_peak_is_token_weighted_per_second():
     logs = [make_log(1, events=[ev(100, 1), ev(200, 1), ev(300, 1), ev(1500, 9)], completion_tokens=12)]
     m = compute_run_metrics(logs, 0, 2 * S)
-    assert m.max_output_tokens_per_s == 9.0  # three messages in second 0 carry 3 tokens; one in second 1 carries 9
+    assert (
+        m.max_output_tokens_per_s == 9.0
+    )  # three messages in second 0 carry 3 tokens; one in second 1 carries 9
 
 
 def test_goodput_counts_requests_meeting_every_slo():
@@ -174,9 +205,19 @@ def test_latency_stats_numpy_linear():
 
 
 FLAT_KEYS = {
-    "completed", "failed", "error_rate", "duration", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s", "goodput",
-    "mean_tokens_per_chunk", "output_tokens_from_text",
+    "completed",
+    "failed",
+    "error_rate",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "goodput",
+    "mean_tokens_per_chunk",
+    "output_tokens_from_text",
 } | {f"{s}_{x}_ms" for x in STAT_METRICS for s in ("mean", "median", "std", "p90", "p95", "p99")}
 
 
@@ -222,7 +263,9 @@ def test_identities(first, chunks, server):
         t += gap if i else 0
         events.append(MessageEvent(t, tokens, "content"))
     n_client = sum(tok for _, tok in chunks)
-    log = RequestLog(index=0, warmup=False, send_ns=0, events=events, completion_tokens=n_client if server else None)
+    log = RequestLog(
+        index=0, warmup=False, send_ns=0, events=events, completion_tokens=n_client if server else None
+    )
     rm = request_metrics(log)
     assert rm.completed and rm.n_output_tokens == n_client
     # ITL and ICL both add up to E2EL - TTFT; ITL has one sample per token after the first message.
@@ -234,8 +277,9 @@ def test_identities(first, chunks, server):
         assert rm.tpot_ms * (n_client - 1) + rm.ttft_ms == pytest.approx(rm.e2el_ms, rel=1e-9, abs=1e-6)
     # token weighting: the mean ITL is total gap time over tokens after the first message
     if rm.itl_ms:
-        assert np.mean(rm.itl_ms) == pytest.approx((rm.e2el_ms - rm.ttft_ms) / (n_client - chunks[0][1]),
-                                                   rel=1e-9, abs=1e-9)
+        assert np.mean(rm.itl_ms) == pytest.approx(
+            (rm.e2el_ms - rm.ttft_ms) / (n_client - chunks[0][1]), rel=1e-9, abs=1e-9
+        )
 
 
 @settings(max_examples=200, deadline=None)
@@ -247,8 +291,9 @@ def test_percentiles_monotone(samples):
     assert lo - 1e-6 <= s.mean <= hi + 1e-6 and s.std >= 0
 
 
-events_st = st.builds(MessageEvent, t_ns=st.integers(0, 2**62), tokens=st.integers(0, 10**6),
-                      kind=st.sampled_from(KINDS))
+events_st = st.builds(
+    MessageEvent, t_ns=st.integers(0, 2**62), tokens=st.integers(0, 10**6), kind=st.sampled_from(KINDS)
+)
 logs_st = st.lists(
     st.builds(
         RequestLog,
@@ -276,8 +321,12 @@ def test_encode_decode_round_trip(logs):
 
 
 def test_encoding_is_compact():
-    logs = [make_log(i, send_ms=i * 10, events=[ev(i * 10 + 5 + j * 2, 3) for j in range(300)], completion_tokens=900)
-            for i in range(50)]
+    logs = [
+        make_log(
+            i, send_ms=i * 10, events=[ev(i * 10 + 5 + j * 2, 3) for j in range(300)], completion_tokens=900
+        )
+        for i in range(50)
+    ]
     blob = encode_logs(logs)
     assert decode_logs(blob) == logs
     assert len(blob) < 50 * 300 * 4  # well under 4 bytes per message

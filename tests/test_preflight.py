@@ -30,15 +30,19 @@ def safetensors_bytes(n_bytes: int = 16) -> bytes:
     return struct.pack("<Q", len(header)) + header + b"\x01" * n_bytes
 
 
-def make_model(d: Path, shards=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"),
-               tokenizer="tokenizer.json") -> Path:
+def make_model(
+    d: Path,
+    shards=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"),
+    tokenizer="tokenizer.json",
+) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     if tokenizer:
         (d / tokenizer).write_text("{}")
     if shards:
         (d / "model.safetensors.index.json").write_text(
-            json.dumps({"weight_map": {f"layer{i}.w": s for i, s in enumerate(shards)}}))
+            json.dumps({"weight_map": {f"layer{i}.w": s for i, s in enumerate(shards)}})
+        )
         for s in shards:
             (d / s).write_bytes(safetensors_bytes())
     return d
@@ -52,6 +56,7 @@ def code_of(fn, *args, **kw) -> PreflightError:
 
 
 # ------------------------------------------------------------------ model directories
+
 
 def test_complete_model(tmp_path):
     r = check_model_dir(make_model(tmp_path / "m"))
@@ -90,7 +95,9 @@ def test_missing_and_empty_shards(tmp_path):
     (d / "model-00002-of-00002.safetensors").unlink()
     e = code_of(check_model_dir, d)
     assert e.code == "model_incomplete"
-    assert "1 of 2 shards named in model.safetensors.index.json are missing: model-00002-of-00002" in e.message
+    assert (
+        "1 of 2 shards named in model.safetensors.index.json are missing: model-00002-of-00002" in e.message
+    )
     (d / "model-00002-of-00002.safetensors").write_bytes(b"")
     assert "is empty" in code_of(check_model_dir, d).message
 
@@ -122,6 +129,7 @@ def test_unknown_code_is_refused():
 
 
 # ------------------------------------------------------------------ device nodes, CUDA
+
 
 def test_device_nodes_gpu_less_dir(tmp_path):
     r = check_device_nodes(tmp_path)
@@ -166,6 +174,7 @@ def test_cuda_init_of_a_gpu_nobody_has_fails_with_the_childs_message():
 
 # ------------------------------------------------------------------ GPU idleness (replayed NVML)
 
+
 def test_idle_gpus_pass():
     r = check_gpus_idle([U0, U1], nvml=ReplayNvml(NVML))
     assert r.data[U0]["used_mib"] == 615 and r.data[U0]["procs"] == []
@@ -196,6 +205,7 @@ def test_gpu_checks_skip_on_gpu_less_host():
 def test_back_to_baseline_waits_for_memory_release():
     class Releasing(ReplayNvml):
         """Holds a dead server's memory for the first two readings, as a driver does briefly."""
+
         calls = 0
 
         def nvmlDeviceGetComputeRunningProcesses(self, h):  # noqa: N802
@@ -206,12 +216,13 @@ def test_back_to_baseline_waits_for_memory_release():
 
     r = gpus_back_to_baseline([U0], baseline={U0: 615}, timeout_s=30, poll_s=0.01, nvml=Releasing(NVML))
     assert Releasing.calls == 3 and not r.skipped
-    Releasing.calls = -10**6  # never releases
+    Releasing.calls = -(10**6)  # never releases
     e = code_of(gpus_back_to_baseline, [U0], timeout_s=0.05, poll_s=0.01, nvml=Releasing(NVML))
     assert e.code == "gpu_busy"
 
 
 # ------------------------------------------------------------------ ports
+
 
 def free_port() -> int:
     with socket.socket() as s:

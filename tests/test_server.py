@@ -57,7 +57,9 @@ def test_start_wait_ready_log_tail_stop(tmp_path):
         assert srv.pid == srv.pgid
         assert os.getpgid(srv.pid) == srv.pid  # leader of its own group
         assert os.getpgid(srv.pid) != os.getpgid(0)
-        taken = srv.wait_ready([f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}/v1/models"], 30, 0.1)
+        taken = srv.wait_ready(
+            [f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}/v1/models"], 30, 0.1
+        )
         assert taken >= 0
         assert srv.alive()
         assert "child starting" in srv.log_tail(5)
@@ -133,3 +135,16 @@ def test_bad_argv_and_stop_before_start(tmp_path):
     assert err.value.code == "server_not_started"
     with pytest.raises(ServerStartError):
         ManagedServer(["true"], None, tmp_path / "y.log").wait_ready(["http://127.0.0.1:1/"], 1)
+
+
+def test_env_is_merged_over_parent_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTBOARD_PARENT_VAR", "from-parent")
+    code = "import os; e = os.environ; print(e['DRAFTBOARD_PARENT_VAR'], e['DRAFTBOARD_CHILD_VAR'])"
+    srv = ManagedServer(
+        [sys.executable, "-c", code], {"DRAFTBOARD_CHILD_VAR": "from-env"}, tmp_path / "env.log"
+    )
+    srv.start()
+    srv.proc.wait(timeout=60)
+    srv.stop()
+    assert srv.returncode == 0
+    assert "from-parent from-env" in srv.log_tail()

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from benchkit.topology import (
-    TopoMatrix,
     TopologyError,
+    TopoMatrix,
     link_quality,
     parse_topo_matrix,
     rank_links,
@@ -88,7 +88,13 @@ def test_round_trip_dict():
 
 def test_link_ranking():
     assert rank_links(["SYS", "PIX", "NV4", "NODE", "PHB", "NV18", "PXB"]) == [
-        "NV18", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS",
+        "NV18",
+        "NV4",
+        "PIX",
+        "PXB",
+        "PHB",
+        "NODE",
+        "SYS",
     ]
     assert link_quality("SOC") == link_quality("SYS")
     with pytest.raises(TopologyError, match="unknown link code 'FOO'"):
@@ -99,8 +105,10 @@ def test_link_ranking():
     "text, message",
     [
         ("", "line 1: empty"),
-        ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV2\t0-3\nGPU1\tNV2\t X \t0-3\tjunk\n",
-         r"line 3: row 'GPU1' has 2 trailing cells"),
+        (
+            "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV2\t0-3\nGPU1\tNV2\t X \t0-3\tjunk\n",
+            r"line 3: row 'GPU1' has 2 trailing cells",
+        ),
         ("\tGPU0\tGPU1\nGPU0\t X \tBAD\nGPU1\tBAD\t X \n", r"line 2: row 'GPU0', column 'GPU1'.*'BAD'"),
         ("\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU2\tSYS\t X \n", r"line 3: row 'GPU2' has no column"),
         ("\tGPU0\tGPU1\nGPU0\t X \tSYS\n", r"line 1: header names \['GPU1'\] but no row"),

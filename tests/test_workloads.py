@@ -60,8 +60,9 @@ class BpeTokenizer:
         src = Path(sysconfig.get_paths()["stdlib"])
         texts = [p.read_text(errors="ignore") for p in sorted(src.glob("*.py"))[:40]]
         self.tok = ByteLevelBPETokenizer()
-        self.tok.train_from_iterator(texts, vocab_size=2048, min_frequency=2, show_progress=False,
-                                     special_tokens=["<s>"])
+        self.tok.train_from_iterator(
+            texts, vocab_size=2048, min_frequency=2, show_progress=False, special_tokens=["<s>"]
+        )
 
     def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return ([0] if add_special_tokens else []) + self.tok.encode(text).ids
@@ -102,8 +103,10 @@ def test_input_len_too_small_for_special_tokens(bpe):
 
 
 def write_sharegpt(path: Path, n: int) -> None:
-    data = [{"conversations": [{"from": "human", "value": f"question {i}?"}, {"from": "gpt", "value": "answer"}]}
-            for i in range(n)]
+    data = [
+        {"conversations": [{"from": "human", "value": f"question {i}?"}, {"from": "gpt", "value": "answer"}]}
+        for i in range(n)
+    ]
     data.insert(2, {"conversations": [{"from": "gpt", "value": "starts with the model"}]})
     data.insert(3, {"conversations": []})
     path.write_text(json.dumps(data))
@@ -112,7 +115,9 @@ def write_sharegpt(path: Path, n: int) -> None:
 def test_sharegpt(tmp_path):
     f = tmp_path / "sg.json"
     write_sharegpt(f, 10)
-    wl = WorkloadSpec(dataset="sharegpt", dataset_path=str(f), num_prompts=5, concurrency=1, output_len=7, seed=1)
+    wl = WorkloadSpec(
+        dataset="sharegpt", dataset_path=str(f), num_prompts=5, concurrency=1, output_len=7, seed=1
+    )
     with SyntheticServer(SyntheticConfig(bos=True)) as url:
         ps = build_prompts(wl, base_url=url, model="synthetic")
     assert len(ps) == 6
@@ -153,7 +158,10 @@ def test_jsonl(tmp_path):
     [
         ('{"prompt": "a"}\n{"prompt": "b"\n', r"p.jsonl:2: not valid JSON"),
         ('{"prompt": "a"}\n\n{"text": "b"}\n', r"p.jsonl:3: field 'prompt' must be a non-empty string"),
-        ('{"prompt": "a", "output_len": 0}\n', r"p.jsonl:1: field 'output_len' must be an integer >= 1, got 0"),
+        (
+            '{"prompt": "a", "output_len": 0}\n',
+            r"p.jsonl:1: field 'output_len' must be an integer >= 1, got 0",
+        ),
         ('{"prompt": "a", "output_len": "5"}\n', r"p.jsonl:1: field 'output_len' must be an integer"),
         ('["a"]\n', r"p.jsonl:1: expected an object with 'prompt', got list"),
     ],

@@ -1,0 +1,31 @@
+"""`python manage.py import_results FILE --sweep-name NAME [--method M --tp N ...]`."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from benchkit.resultfiles import ResultFileError
+from runs.services.imports import import_result_file
+from runs.services.sweeps import get_or_create_host
+
+
+class Command(BaseCommand):
+    help = "Import a `vllm bench serve` JSON or `sglang.bench_serving` JSONL result file as a sweep."
+
+    def add_arguments(self, parser):
+        parser.add_argument("path")
+        parser.add_argument("--sweep-name", required=True)
+        parser.add_argument("--host", default=None)
+        parser.add_argument("--method", default="auto")
+        parser.add_argument("--num-speculative-tokens", type=int, default=None)
+        parser.add_argument("--tree-budget", type=int, default=None)
+        parser.add_argument("--tp", type=int, default=1)
+        parser.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
+        parser.add_argument("--format", default="auto", choices=["auto", "vllm", "sglang"])
+
+    def handle(self, *args, **o):
+        try:
+            sweep = import_result_file(o["path"], get_or_create_host(o["host"]), o["sweep_name"], method=o["method"],
+                                       num_speculative_tokens=o["num_speculative_tokens"],
+                                       tree_budget=o["tree_budget"], tp=o["tp"], engine=o["engine"], fmt=o["format"])
+        except (ResultFileError, FileNotFoundError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"imported {sweep.runs.count()} run(s) into sweep {sweep.pk} '{sweep.name}'")

@@ -1,0 +1,39 @@
+"""Helpers for tests that run real vLLM CPU servers."""
+
+from __future__ import annotations
+
+import psutil
+
+from benchkit import sweepspec
+
+
+def tiny_sweep(demo_models, name: str, methods: list, concurrency: int = 2, output_len: int = 32,
+               num_prompts: int = 8):
+    """A small sweep on the demo models (vLLM CPU, random weights), parsed by benchkit.sweepspec."""
+    return sweepspec.parse_sweep({
+        "name": name,
+        "engine": "vllm",
+        "model": str(demo_models.target),
+        "drafter": str(demo_models.draft),
+        "server": {"served_model_name": "demo", "dtype": "float32", "max_model_len": 1024, "load_format": "dummy",
+                   "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+                   # on the CPU build this fraction of the NUMA node's RAM is reserved (default 0.92)
+                   "extra_args": ["--gpu-memory-utilization", "0.2"]},
+        "grid": {"tp": [1], "methods": methods, "concurrency": [concurrency], "output_len": [output_len],
+                 "input_len": [32]},
+        "workload": {"num_prompts": num_prompts, "ignore_eos": True, "seed": 0},
+        "limits": {"ready_timeout_s": 600, "request_timeout_s": 120, "stop_timeout_s": 30},
+    }, source=f"test:{name}")
+
+
+def vllm_server_pids() -> list[int]:
+    """Pids of live vLLM API server processes on this machine (any leftover is a leak)."""
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and "vllm.entrypoints.openai.api_server" in " ".join(
+                    p.info["cmdline"] or []):
+                out.append(p.info["pid"])
+        except psutil.Error:
+            continue
+    return out

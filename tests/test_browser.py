@@ -1,0 +1,54 @@
+"""Issue 2: the dashboard in a real headless Chromium shows a sweep measured on a real vLLM
+CPU server: the Plotly charts render and the browser logs no console errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.models import Run, RunState
+from runs.services import execution
+from runs.services.sweeps import create_sweep, get_or_create_host
+from tests.realserver import tiny_sweep
+
+pytestmark = [pytest.mark.vllm, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def measured_sweep(demo_models, settings, tmp_path):
+    settings.DRAFTBOARD_RUNS_DIR = tmp_path
+    host = get_or_create_host("browser-test")
+    spec = tiny_sweep(demo_models, "browser", ["auto", {"method": "draft_model", "num_speculative_tokens": 2}],
+                      concurrency=1, output_len=32, num_prompts=4)
+    sweep = create_sweep(spec, host, source="test", enqueue=False)
+    for run in Run.objects.filter(sweep=sweep).order_by("id"):
+        execution.execute(run.pk)
+    states = list(Run.objects.filter(sweep=sweep).values_list("state", "failure_message"))
+    assert all(s == RunState.SUCCEEDED for s, _ in states), states
+    return sweep
+
+
+def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/")
+        page.click(f"text={measured_sweep.name} #{measured_sweep.pk}")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        assert page.locator(".js-plotly-plot").count() == 3  # speedup, throughput, acceptance
+        assert page.locator("text=Demo model").count() >= 1
+        bars = page.locator("#fig-speedup-plot .bars .point").count()
+        assert bars == 2  # auto (1.0x) and draft_model k=2
+        run = Run.objects.filter(sweep=measured_sweep, method="draft_model").get()
+        page.goto(f"{live_server.url}/runs/{run.pk}/")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        assert page.locator(".js-plotly-plot").count() == 4  # TTFT, ITL, ICL, tokens per chunk
+        browser.close()
+    assert errors == []

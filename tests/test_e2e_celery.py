@@ -1,0 +1,90 @@
+"""Issue 2 integration: a two-run sweep through a real Celery worker (subprocess), a real Redis
+and a real vLLM CPU server, then the stored runs, metrics and spec-decode counters."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from benchsite import localstack
+from runs.models import Run, RunState, RunTransition
+from runs.services.inventory import record_inventory
+from runs.services.sweeps import create_sweep, get_or_create_host
+from tests.realserver import tiny_sweep, vllm_server_pids
+
+pytestmark = [pytest.mark.vllm, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _test_database_url() -> str:
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    return f"postgres://{s['USER']}:{s['PASSWORD'] or ''}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A real `celery worker` process consuming a fresh host queue; stopped (whole group) after."""
+    broker = localstack.ensure_redis(settings.CELERY_BROKER_URL, Path(settings.VAR_DIR))
+    host_name = f"ci-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "DATABASE_URL": _test_database_url(), "CELERY_BROKER_URL": broker,
+           "DRAFTBOARD_HOST": host_name, "DRAFTBOARD_RUNS_DIR": str(tmp_path / "runs")}
+    log = open(tmp_path / "worker.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchsite", "worker", "-Q", f"host.{host_name}",
+                             "-c", "1", "--loglevel", "INFO", "-n", f"{host_name}@%h"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    yield host_name, tmp_path / "worker.log"
+    from benchkit.teardown import stop_process_group
+
+    stop_process_group(proc.pid, term_timeout_s=20)
+    proc.wait(timeout=10)
+    log.close()
+
+
+def test_two_run_sweep_through_celery(worker, demo_models):
+    host_name, worker_log = worker
+    host = get_or_create_host(host_name)
+    record_inventory(host)
+    spec = tiny_sweep(demo_models, "ci two-run", ["auto", {"method": "draft_model", "num_speculative_tokens": 3}])
+    sweep = create_sweep(spec, host, source="test", enqueue=True)
+    runs = list(Run.objects.filter(sweep=sweep))
+    assert len(runs) == 2
+
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        states = set(Run.objects.filter(sweep=sweep).values_list("state", flat=True))
+        if states <= {RunState.SUCCEEDED, RunState.FAILED}:
+            break
+        time.sleep(2)
+    runs = {r.method: r for r in Run.objects.filter(sweep=sweep).select_related("metrics")}
+    for r in runs.values():
+        assert r.state == RunState.SUCCEEDED, (r.failure_reason, r.failure_message, worker_log.read_text()[-3000:])
+        assert list(RunTransition.objects.filter(run=r).values_list("to_state", flat=True)) == [
+            "preflight", "starting", "warming", "measuring", "stopping", "succeeded"]
+        m = r.metrics
+        assert (m.completed, m.failed) == (8, 0)
+        assert m.data["total_output_tokens"] == 8 * 32  # ignore_eos: every request ran its full length
+        assert m.output_throughput > 0 and m.median_ttft_ms > 0
+        assert r.argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        assert r.engine_version == "0.32.0"
+        assert r.is_demo_model
+
+    auto, spec_run = runs["auto"], runs["draft_model"]
+    assert auto.metrics.acceptance_length is None  # no drafts without speculation
+    sd = spec_run.metrics.spec_decode
+    assert sd["num_drafts"] > 0 and sd["num_draft_tokens"] == 3 * sd["num_drafts"]
+    assert spec_run.metrics.acceptance_length == pytest.approx(1 + sd["num_accepted_tokens"] / sd["num_drafts"])
+    assert spec_run.metrics.acceptance_rate == pytest.approx(sd["num_accepted_tokens"] / sd["num_draft_tokens"])
+    # the client's tokens per streamed chunk agrees with the server's tau (MEASUREMENT.md cross-check)
+    assert spec_run.metrics.mean_tokens_per_chunk == pytest.approx(spec_run.metrics.acceptance_length, rel=0.15)
+    assert not spec_run.suspect, spec_run.suspect_reasons
+    assert vllm_server_pids() == []

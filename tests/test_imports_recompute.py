@@ -1,0 +1,62 @@
+"""Importing other tools' result files into runs, exporting runs, recomputing from logs."""
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from runs.models import Run, RunMetrics, Sweep
+from runs.services.export import run_export
+from runs.services.imports import import_result_file
+from runs.services.recompute import recompute_run
+from tests.factories import finish_run, make_host, make_run, make_sweep
+
+pytestmark = pytest.mark.django_db
+RESULTS = Path(__file__).parent / "fixtures" / "results"
+
+
+def test_import_sglang_jsonl_records_source_definitions():
+    sweep = import_result_file(RESULTS / "sglang-bench-serving.jsonl", make_host(), "sglang import",
+                               method="draft_model", num_speculative_tokens=4, engine="sglang")
+    runs = list(sweep.runs.select_related("metrics"))
+    assert len(runs) == 2
+    m = runs[0].metrics
+    assert m.source_tool == "sglang.bench_serving"
+    assert "itl" in m.definitions  # their ITL is per chunk, stored as our ICL
+    assert m.data.get("median_itl_ms") is None and m.data.get("median_icl_ms") is not None
+    assert runs[0].state == "succeeded" and runs[0].transitions.get().from_state == "imported"
+
+
+def test_malformed_file_stores_nothing(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    good = (RESULTS / "sglang-bench-serving.jsonl").read_text().splitlines()[0]
+    bad.write_text(good + "\n" + '{"completed": "many"\n')
+    with pytest.raises(CommandError, match="line 2"):
+        call_command("import_results", str(bad), "--sweep-name", "x", "--format", "sglang")
+    assert Sweep.objects.count() == 0 and Run.objects.count() == 0
+
+
+def test_export_round_trips_through_the_importer(tmp_path):
+    run = finish_run(make_run(make_sweep(), "draft_model", 4), tokens_per_msg=3,
+                     spec_decode={"acceptance_length": 3.0, "acceptance_rate": 0.5})
+    exported = run_export(run)
+    assert exported["completed"] == 4 and exported["median_ttft_ms"] == pytest.approx(20.0)
+    # top-level ITL keys carry vLLM's definition (per chunk, our ICL)
+    assert exported["median_itl_ms"] == pytest.approx(run.metrics.data["median_icl_ms"])
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(exported, default=str))
+    back = import_result_file(path, make_host(), "round trip").runs.get().metrics
+    assert back.data["median_itl_ms"] == pytest.approx(run.metrics.data["median_itl_ms"])
+    assert back.output_throughput == pytest.approx(run.metrics.output_throughput)
+
+
+def test_recompute_rederives_metrics_from_stored_logs():
+    run = finish_run(make_run(make_sweep()), tokens_per_msg=2, gap_ms=8)
+    before = run.metrics.data
+    RunMetrics.objects.filter(run=run).update(output_throughput=0.0, median_ttft_ms=999.0)
+    run = Run.objects.select_related("metrics", "request_logs").get(pk=run.pk)
+    m = recompute_run(run)
+    assert m.output_throughput == pytest.approx(before["output_throughput"])
+    assert m.median_ttft_ms == pytest.approx(before["median_ttft_ms"])

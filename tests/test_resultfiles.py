@@ -1,0 +1,292 @@
+"""Import of `vllm bench serve` / `sglang.bench_serving` result files, and export in vLLM's layout.
+
+Fixtures (tests/fixtures/results/):
+- vllm-bench-serve-full.json: written by the real `vllm bench serve` (vLLM 0.32 CPU, demo-sized
+  random model, draft_model speculation) with --save-result --save-detailed.
+- vllm-bench-serve-appended.json: two real runs written with --append-result (no details).
+- vllm-benchmark-serving-old.json: the older benchmarks/benchmark_serving.py layout (no failed,
+  burstiness, max_concurrency, e2el, max_output_tokens_per_s; has best_of).
+- sglang-bench-serving.jsonl: two lines in sglang.bench_serving's layout, a recent one with
+  server_info, total_throughput, accept_length and --output-details lists, and an older one.
+Expected values are read from the fixture JSON itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchkit.metrics import compute_run_metrics
+from benchkit.resultfiles import (
+    FLAT_KEYS,
+    TOOL_DRAFTBOARD,
+    TOOL_SGLANG,
+    TOOL_VLLM,
+    ResultFileError,
+    detect_tool,
+    export_vllm_layout,
+    load_result_file,
+)
+from tests.test_validity import make_log
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+VLLM_FULL = FIXTURES / "vllm-bench-serve-full.json"
+VLLM_APPENDED = FIXTURES / "vllm-bench-serve-appended.json"
+VLLM_OLD = FIXTURES / "vllm-benchmark-serving-old.json"
+SGLANG = FIXTURES / "sglang-bench-serving.jsonl"
+
+
+def test_full_vllm_file():
+    src = json.loads(VLLM_FULL.read_text())
+    [run] = load_result_file(VLLM_FULL)
+    assert run.source_tool == TOOL_VLLM and run.origin == str(VLLM_FULL)
+    m = run.metrics_flat
+    assert set(m) == set(FLAT_KEYS)
+    for key in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+                "request_throughput", "output_throughput", "total_token_throughput",
+                "max_output_tokens_per_s"):
+        assert m[key] == src[key], key
+    for stat in ("mean", "median", "std", "p90", "p95", "p99"):
+        for metric in ("ttft", "tpot", "e2el"):
+            assert m[f"{stat}_{metric}_ms"] == src[f"{stat}_{metric}_ms"]
+        # vLLM's ITL is per chunk: it becomes draftboard's ICL, per-token ITL stays unknown
+        assert m[f"{stat}_icl_ms"] == src[f"{stat}_itl_ms"]
+        assert m[f"{stat}_itl_ms"] is None
+    assert m["error_rate"] == src["failed"] / (src["completed"] + src["failed"])
+    assert m["goodput"] is None  # request_goodput is null: no --goodput given
+    chunks = sum(len(x) + 1 for x in src["itls"])
+    assert m["mean_tokens_per_chunk"] == pytest.approx(sum(src["output_lens"]) / chunks)
+    assert "per chunk" in run.definitions["itl"]
+
+    w = run.workload
+    assert (w["model"], w["num_prompts"], w["concurrency"]) == (src["model_id"], src["num_prompts"],
+                                                               src["max_concurrency"])
+    assert w["request_rate"] is None and src["request_rate"] == "inf"  # unbounded
+    assert w["input_len"] is None  # vLLM does not record the intended lengths
+
+    s = run.spec_decode
+    # percent in the file, a fraction in draftboard
+    assert s["acceptance_rate"] == pytest.approx(src["spec_decode_acceptance_rate"] / 100)
+    assert s["acceptance_length"] == src["spec_decode_acceptance_length"]
+    assert s["spec_num_drafts"] == src["spec_decode_num_drafts"]
+    assert s["per_position_acceptance_rate"] == src["spec_decode_per_position_acceptance_rates"]
+
+    pr = run.per_request
+    assert pr["ttfts_ms"] == pytest.approx([t * 1000 for t in src["ttfts"]])
+    assert pr["icls_ms"][0] == pytest.approx([t * 1000 for t in src["itls"][0]])
+    assert pr["e2els_ms"] == pytest.approx([t * 1000 for t in src["latencies"]])
+    assert pr["output_lens"] == src["output_lens"] and pr["errors"] == src["errors"]
+    assert {"start_times", "queue_times", "date"} <= set(run.source_extra)
+    assert "generated_texts" not in run.source_extra
+
+
+def test_appended_vllm_file_gives_one_run_per_line():
+    lines = [json.loads(x) for x in VLLM_APPENDED.read_text().splitlines() if x.strip()]
+    runs = load_result_file(VLLM_APPENDED)
+    assert len(runs) == len(lines) == 2
+    for i, (run, src) in enumerate(zip(runs, lines, strict=True), start=1):
+        assert run.origin == f"{VLLM_APPENDED}:{i}"
+        assert run.workload["concurrency"] == src["max_concurrency"]
+        assert run.metrics_flat["mean_icl_ms"] == src["mean_itl_ms"]
+        assert run.metrics_flat["p90_ttft_ms"] is None  # only the default p99 was asked for
+        assert run.per_request == {"e2els_ms": pytest.approx([t * 1000 for t in src["latencies"]])}
+
+
+def test_old_vllm_file_missing_keys_imports_as_none():
+    src = json.loads(VLLM_OLD.read_text())
+    assert "failed" not in src and "mean_e2el_ms" not in src and "max_concurrency" not in src
+    [run] = load_result_file(VLLM_OLD)
+    m = run.metrics_flat
+    assert m["failed"] == sum(1 for e in src["errors"] if e)  # counted from the per-request errors
+    assert m["max_output_tokens_per_s"] is None
+    assert all(m[f"{s}_e2el_ms"] is None for s in ("mean", "median", "std", "p90", "p95", "p99"))
+    assert m["mean_icl_ms"] == src["mean_itl_ms"]
+    assert run.workload["concurrency"] is None and run.workload["burstiness"] is None
+    assert run.spec_decode is None
+    assert run.source_extra["best_of"] == src["best_of"]
+
+
+def test_sglang_jsonl_two_versions():
+    lines = [json.loads(x) for x in SGLANG.read_text().splitlines()]
+    new, old = load_result_file(SGLANG)
+    assert new.source_tool == old.source_tool == TOOL_SGLANG
+    assert (new.origin, old.origin) == (f"{SGLANG}:1", f"{SGLANG}:2")
+    src = lines[0]
+    assert new.source_version == src["server_info"]["version"]
+    assert new.metrics_flat["total_token_throughput"] == src["total_throughput"]
+    assert new.metrics_flat["mean_e2el_ms"] == src["mean_e2e_latency_ms"]
+    assert new.metrics_flat["p95_icl_ms"] == src["p95_itl_ms"]
+    assert new.metrics_flat["failed"] == 0 and new.metrics_flat["error_rate"] == 0.0
+    assert new.spec_decode["acceptance_length"] == src["accept_length"]
+    assert "server-wide" in new.definitions["acceptance_length"]
+    assert new.workload["input_len"] == src["random_input_len"]
+    assert new.workload["output_len"] == src["random_output_len"]
+    assert new.workload["num_prompts"] == len(src["input_lens"])
+    assert new.workload["request_rate"] is None  # Infinity
+    assert new.workload["model"] == src["server_info"]["model_path"]
+
+    src = lines[1]
+    assert old.source_version is None
+    assert old.metrics_flat["total_token_throughput"] is None  # older SGLang: no total_throughput
+    assert old.metrics_flat["failed"] is None and old.metrics_flat["error_rate"] is None
+    assert old.metrics_flat["max_output_tokens_per_s"] is None
+    assert old.spec_decode is None  # accept_length null: no speculation
+    assert old.workload["output_len"] == src["sharegpt_output_len"] and old.workload["input_len"] is None
+    assert old.workload["request_rate"] == src["request_rate"]
+    assert old.per_request is None
+
+
+def test_explicit_format_and_detection():
+    assert detect_tool(json.loads(VLLM_FULL.read_text())) == "vllm"
+    assert detect_tool(json.loads(SGLANG.read_text().splitlines()[0])) == "sglang"
+    assert detect_tool({"completed": 3}) is None
+    assert [r.source_tool for r in load_result_file(SGLANG, fmt="sglang")] == [TOOL_SGLANG] * 2
+    with pytest.raises(ResultFileError, match="unknown format"):
+        load_result_file(SGLANG, fmt="csv")
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_bad_json_names_file_and_line(tmp_path):
+    good = SGLANG.read_text().splitlines()
+    path = write(tmp_path, "broken.jsonl", good[0] + "\n" + good[1][:-20] + "\n")
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(path)
+    assert exc.value.line == 2 and str(path) in str(exc.value) and "line 2" in str(exc.value)
+
+    path = write(tmp_path, "broken.json", '{"completed": 3,\n "failed": }\n')
+    with pytest.raises(ResultFileError, match=r"line 2: not valid JSON"):
+        load_result_file(path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field", "fragment"),
+    [
+        ("completed", "four", "completed", "expected a number"),
+        ("completed", 3.5, "completed", "whole number"),
+        ("mean_ttft_ms", True, "mean_ttft_ms", "expected a number"),
+        ("request_rate", "fast", "request_rate", "number or 'inf'"),
+        ("model_id", 7, "model_id", "expected a string"),
+        ("ttfts", 0.5, "ttfts", "list of numbers"),
+        ("itls", [[0.1], ["x"]], "itls", "item 1[0]"),
+        ("output_lens", [24, 24], "output_lens", "has 2 entries"),
+        ("spec_decode_num_drafts", [3], "spec_decode_num_drafts", "expected a number"),
+        ("spec_decode_per_position_acceptance_rates", "1,1", "spec_decode_per_position_acceptance_rates",
+         "list"),
+    ],
+)
+def test_wrong_field_type_names_the_field(tmp_path, key, value, field, fragment):
+    obj = json.loads(VLLM_FULL.read_text())
+    obj[key] = value
+    path = write(tmp_path, "bad.json", json.dumps(obj))
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(path)
+    assert exc.value.field == field
+    assert f"field {field!r}" in str(exc.value) and fragment in str(exc.value)
+
+
+def test_wrong_field_in_a_later_line_returns_nothing(tmp_path):
+    lines = SGLANG.read_text().splitlines()
+    second = json.loads(lines[1])
+    second["max_concurrency"] = "eight"
+    path = write(tmp_path, "bad.jsonl", lines[0] + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(path)
+    assert (exc.value.line, exc.value.field) == (2, "max_concurrency")
+    assert str(exc.value).startswith(f"{path}, line 2: field 'max_concurrency'")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("", "empty"), ("[1, 2]", "got a list"), ('{"completed": 3}', "cannot tell"), ("\xff", None)],
+)
+def test_other_malformed_files(tmp_path, text, fragment):
+    path = tmp_path / "x.json"
+    if text == "\xff":
+        path.write_bytes(b"\xff\xfe{")
+        fragment = "not UTF-8"
+    else:
+        path.write_text(text)
+    with pytest.raises(ResultFileError, match=fragment):
+        load_result_file(path)
+    with pytest.raises(ResultFileError, match="cannot read"):
+        load_result_file(tmp_path / "missing.json")
+
+
+def real_metrics_flat() -> dict:
+    logs = [make_log(i, n=16, per_chunk=3) for i in range(6)] + [make_log(6, ok=False)]
+    m = compute_run_metrics(logs, 0, 700_000_000, slo={"ttft_ms": 25.0})
+    return m.to_flat()
+
+
+def test_export_uses_vllm_names_and_vllm_itl_definition():
+    flat = real_metrics_flat()
+    spec = {"spec_num_drafts": 50, "spec_num_draft_tokens": 150, "spec_num_accepted_tokens": 90,
+            "acceptance_rate": 0.6, "acceptance_length": 2.8, "per_position_acceptance_rate": [0.8, 0.6, 0.4],
+            "spec_source": "vllm"}
+    out = export_vllm_layout(flat, {"model": "/models/t", "concurrency": 2, "num_prompts": 7,
+                                    "request_rate": None, "spec_decode": spec, "run_id": 42})
+    vllm_keys = set(json.loads(VLLM_FULL.read_text()))
+    per_request = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+                   "generated_texts", "errors", "max_concurrent_requests", "rtfx"}
+    assert vllm_keys - per_request <= set(out)  # every summary key vLLM writes is there
+    assert out["mean_itl_ms"] == flat["mean_icl_ms"] != flat["mean_itl_ms"]  # vLLM's ITL = our ICL
+    assert out["p99_e2el_ms"] == flat["p99_e2el_ms"]
+    assert out["request_goodput"] == flat["goodput"]
+    assert out["request_rate"] == "inf" and out["max_concurrency"] == 2 and out["model_id"] == "/models/t"
+    assert out["spec_decode_acceptance_rate"] == pytest.approx(60.0)  # percent, as vLLM writes it
+    db = out["draftboard"]
+    assert db["metrics"]["mean_itl_ms"] == flat["mean_itl_ms"]
+    assert db["run"]["run_id"] == 42 and "per chunk" in db["definitions"]["export_itl_keys"]
+    json.dumps(out, allow_nan=False)  # plain JSON
+
+
+def test_export_then_import_round_trips(tmp_path):
+    flat = real_metrics_flat()
+    spec = {"spec_num_drafts": 50, "spec_num_draft_tokens": 150, "spec_num_accepted_tokens": 90,
+            "acceptance_rate": 0.6, "acceptance_length": 2.8, "per_position_acceptance_rate": [0.8, 0.6, 0.4],
+            "spec_source": "vllm"}
+    meta = {"model": "/models/t", "concurrency": 2, "num_prompts": 7, "request_rate": 4.0,
+            "spec_decode": spec}
+    out = export_vllm_layout(flat, meta)
+    path = write(tmp_path, "export.json", json.dumps(out))
+    [run] = load_result_file(path)
+    assert run.source_tool == TOOL_DRAFTBOARD
+    assert run.metrics_flat == flat
+    assert run.spec_decode == spec
+    assert run.workload["request_rate"] == 4.0 and run.workload["concurrency"] == 2
+
+    # without the draftboard block the file is a plain vLLM file: ICL comes back, per-token ITL does not
+    out.pop("draftboard")
+    [plain] = load_result_file(write(tmp_path, "plain.json", json.dumps(out)))
+    assert plain.source_tool == TOOL_VLLM
+    for stat in ("mean", "median", "std", "p90", "p95", "p99"):
+        assert plain.metrics_flat[f"{stat}_icl_ms"] == flat[f"{stat}_icl_ms"]
+        assert plain.metrics_flat[f"{stat}_itl_ms"] is None
+        assert plain.metrics_flat[f"{stat}_ttft_ms"] == flat[f"{stat}_ttft_ms"]
+    assert plain.spec_decode["acceptance_rate"] == pytest.approx(spec["acceptance_rate"])
+
+
+def test_bad_draftboard_block_names_the_field(tmp_path):
+    out = export_vllm_layout(real_metrics_flat(), {})
+    out["draftboard"]["metrics"]["mean_ttft_ms"] = "fast"
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(write(tmp_path, "bad-export.json", json.dumps(out)))
+    assert exc.value.field == "draftboard.metrics.mean_ttft_ms"
+
+
+def test_vllm_bench_serve_result_reads_back_after_export(tmp_path):
+    """Import a real vLLM file, export it, import again: the same numbers under the same names."""
+    [first] = load_result_file(VLLM_FULL)
+    meta = {"model": first.workload["model"], "concurrency": first.workload["concurrency"],
+            "num_prompts": first.workload["num_prompts"], "spec_decode": first.spec_decode}
+    path = write(tmp_path, "again.json", json.dumps(export_vllm_layout(first.metrics_flat, meta)))
+    [second] = load_result_file(path)
+    assert second.metrics_flat == first.metrics_flat
+    assert second.spec_decode == first.spec_decode

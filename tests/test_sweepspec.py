@@ -1,0 +1,241 @@
+"""Sweep files: the shipped sweeps parse and expand to the right grid; bad files give errors
+naming the file, the line and the field."""
+
+from __future__ import annotations
+
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from benchkit.engines import adapter_for
+from benchkit.specs import GpuRef, RunSpec
+from benchkit.sweepspec import SweepError, load_sweep_file, parse_sweep, point_key
+
+SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
+DEMO_VARS = {"demo_target": "/tmp/demo/target", "demo_draft": "/tmp/demo/draft"}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_users_grid_expands_to_36_runs():
+    spec = load_sweep_file(SWEEPS / "users-grid-sglang.yaml")
+    runs = spec.expand()
+    assert len(runs) == 36 == spec.n_runs()
+    assert Counter(r.server.tp for r in runs) == {1: 12, 4: 12, 8: 12}
+    labels = Counter((r.server.method, r.server.tree_budget) for r in runs)
+    assert labels == {
+        ("auto", None): 6,
+        ("linear", None): 6,
+        ("ddtree", 15): 6,
+        ("ddtree", 16): 6,
+        ("ddtree", 32): 6,
+        ("ddtree", 64): 6,
+    }
+    assert Counter(r.workload.concurrency for r in runs) == {1: 18, 8: 18}
+    assert {r.workload.output_len for r in runs} == {1024}
+    for r in runs:
+        assert r.server.engine == "sglang"
+        if r.server.method == "ddtree":
+            assert r.server.engine_build == "sglang-ddtree-pr"
+            assert r.server.prefix_caching is False
+        else:
+            assert r.server.engine_build == ""
+        assert r.server.drafter == ("" if r.server.method == "auto" else "/models/Qwen3.5-27B-DFlash")
+    assert len({point_key(r) for r in runs}) == 36
+    # every run turns into a command line
+    sgl = adapter_for("sglang")
+    for r in runs:
+        assert sgl.build_argv(r.server, r.port, python="py")[:3] == ["py", "-m", "sglang.launch_server"]
+
+
+def test_demo_sweep_substitutes_placeholders():
+    raw = load_sweep_file(SWEEPS / "demo.yaml")
+    assert raw.placeholders() == {"demo_target", "demo_draft"}
+    spec = load_sweep_file(SWEEPS / "demo.yaml", variables=DEMO_VARS)
+    assert spec.placeholders() == set()
+    runs = spec.expand()
+    # (auto + draft_model k=2, k=4 + ngram k=4) x concurrency 1, 4
+    assert len(runs) == 8
+    assert [v.label for v in spec.methods] == ["auto", "draft_model k=2", "draft_model k=4", "ngram k=4"]
+    assert {r.server.model for r in runs} == {"/tmp/demo/target"}
+    assert {r.server.drafter for r in runs if r.server.method == "draft_model"} == {"/tmp/demo/draft"}
+    assert all(
+        r.server.load_format == "dummy" and r.server.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} for r in runs
+    )
+    assert all(
+        r.workload.ignore_eos and r.workload.output_len == 128 and r.workload.num_prompts == 16 for r in runs
+    )
+    assert {r.port for r in runs} == {8000}
+
+
+@pytest.mark.parametrize("name", ["vllm-eagle3-example", "nightly-example"])
+def test_other_shipped_sweeps_parse(name):
+    spec = load_sweep_file(SWEEPS / f"{name}.yaml")
+    runs = spec.expand()
+    assert len(runs) == spec.n_runs() > 0
+    assert len({point_key(r) for r in runs}) == len(runs)
+    adapter = adapter_for(spec.engine)
+    for r in runs:
+        adapter.build_argv(r.server, r.port, python="py")
+
+
+def test_expansion_order_repeats_gpus_and_roundtrip(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        name: t
+        engine: vllm
+        model: /m
+        drafter: /d
+        grid:
+          tp: [1, 2]
+          methods: [auto, {method: draft_model, num_speculative_tokens: [2, 4]}]
+          concurrency: [1, 8]
+          output_len: [64, 128]
+        repeats: 2
+        slo: {ttft_ms: 500}
+        """,
+    )
+    spec = load_sweep_file(path)
+    calls = []
+
+    def assign(tp):
+        calls.append(tp)
+        return [GpuRef(index=i, uuid=f"GPU-{i}") for i in range(tp)]
+
+    runs = spec.expand(assign_gpus=assign)
+    assert len(runs) == 2 * 3 * 2 * 2 * 2
+    assert [len(r.gpus) for r in runs] == [r.server.tp for r in runs]
+    assert calls == [r.server.tp for r in runs]
+    first = runs[:8]  # tp=1, auto: concurrency x output_len x repeat
+    assert [(r.workload.concurrency, r.workload.output_len, r.repeat_index) for r in first] == [
+        (1, 64, 0),
+        (1, 64, 1),
+        (1, 128, 0),
+        (1, 128, 1),
+        (8, 64, 0),
+        (8, 64, 1),
+        (8, 128, 0),
+        (8, 128, 1),
+    ]
+    assert runs[8].server.num_speculative_tokens == 2
+    assert runs[0].workload.slo == {"ttft_ms": 500.0}
+    again = RunSpec.from_dict(runs[5].to_dict())
+    assert point_key(again) == point_key(runs[5])
+
+
+def test_point_key_ignores_gpus_port_limits_but_not_repeat():
+    spec = parse_sweep(
+        {"name": "t", "engine": "vllm", "model": "/m", "grid": {"methods": ["auto"]}, "repeats": 2}
+    )
+    a, b = spec.expand()
+    assert point_key(a) != point_key(b)
+    c = RunSpec.from_dict(a.to_dict())
+    c.gpus = [GpuRef(7, "GPU-7")]
+    c.port = 9999
+    c.limits.ready_timeout_s = 1.0
+    assert point_key(c) == point_key(a)
+    c.workload.concurrency = 2
+    assert point_key(c) != point_key(a)
+
+
+BASE = """
+name: t
+engine: sglang
+model: /m
+drafter: /d
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "field", "needle"),
+    [
+        ("grid:\n  methods: [auto]\n  tpp: [1]\n", 8, "grid.tpp", "unknown key"),
+        (
+            "grid:\n  methods:\n    - auto\n    - {method: ddtree, engine_build: sglang-ddtree-pr}\n",
+            9,
+            "grid.methods[1].tree_budget",
+            "needs a tree budget",
+        ),
+        (
+            "grid:\n  methods:\n    - {method: linear, tree_budget: 15}\n",
+            8,
+            "grid.methods[0].tree_budget",
+            "only method 'ddtree'",
+        ),
+        ("grid:\n  methods:\n    - beam\n", 8, "grid.methods[0].method", "unknown method 'beam'"),
+        ("grid:\n  methods: [auto]\n  tp: [1, two]\n", 8, "grid.tp[1]", "expected an integer"),
+        ("grid:\n  methods: [auto]\n  concurrency: [0]\n", 8, "grid.concurrency[0]", "must be >= 1"),
+        ("grid:\n  methods: [auto]\nworkload:\n  num_promts: 3\n", 9, "workload.num_promts", "unknown key"),
+        ("grid:\n  methods: [auto]\nslo:\n  itl: 3\n", 9, "slo.itl", "unknown key"),
+        ("grid:\n  methods: [auto]\nslo:\n  ttft_ms: -1\n", 9, "slo.ttft_ms", "positive"),
+        ("grid:\n  methods: [auto]\nrepeats: 0\n", 8, "repeats", "must be >= 1"),
+        (
+            "grid:\n  methods:\n    - {method: ddtree, tree_budget: 15}\n",
+            8,
+            "grid.methods[0]",
+            "not defined for engine 'sglang'",
+        ),
+        (
+            "grid:\n  methods:\n    - {method: ddtree, tree_budget: 8, engine_build: sglang-ddtree-pr,"
+            " prefix_caching: true}\n",
+            8,
+            "grid.methods[0].prefix_caching",
+            "prefix caching off",
+        ),
+        ("grid:\n  methods: [auto]\nlimits:\n  max_error_rate: 5\n", 9, "limits.max_error_rate", "fraction"),
+        (
+            "grid:\n  methods: [auto]\n  concurrency: [1]\nworkload:\n  concurrency: 2\n",
+            10,
+            "workload.concurrency",
+            "also given as grid.concurrency",
+        ),
+        ("grid:\n  methods: [auto]\nserver:\n  env: {X: 1}\n", 9, "server.env", "strings"),
+        ("grid:\n  methods: [auto]\nsurprise: 1\n", 8, "surprise", "unknown key"),
+    ],
+)
+def test_bad_sweep_errors_name_file_line_field(tmp_path, body, line, field, needle):
+    path = write(tmp_path, BASE + body)
+    with pytest.raises(SweepError) as err:
+        load_sweep_file(path)
+    e = err.value
+    assert e.source == str(path)
+    assert e.field == field
+    assert needle in e.message
+    assert e.line == line
+    assert str(e).startswith(f"{path}:{line}: {field}: ")
+
+
+def test_missing_fields_and_drafter(tmp_path):
+    with pytest.raises(SweepError, match="model: missing"):
+        parse_sweep({"name": "t", "engine": "vllm", "grid": {"methods": ["auto"]}}, "x.yaml")
+    with pytest.raises(SweepError, match=r"grid.methods\[0\].drafter: method 'linear' needs a drafter"):
+        parse_sweep({"name": "t", "engine": "vllm", "model": "/m", "grid": {"methods": ["linear"]}}, "x.yaml")
+    with pytest.raises(SweepError, match="engine: unknown engine 'tgi'"):
+        parse_sweep({"name": "t", "engine": "tgi", "model": "/m", "grid": {"methods": ["auto"]}}, "x.yaml")
+    with pytest.raises(SweepError, match="server.endpoint_url"):
+        parse_sweep(
+            {"name": "t", "engine": "external", "model": "m", "grid": {"methods": ["auto"]}}, "x.yaml"
+        )
+    with pytest.raises(SweepError, match=r"unknown placeholder \{nope\}"):
+        parse_sweep(
+            {"name": "t", "engine": "vllm", "model": "{nope}", "grid": {"methods": ["auto"]}},
+            "x.yaml",
+            variables=DEMO_VARS,
+        )
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    path = write(tmp_path, "name: t\nengine: vllm\ngrid: [\n")
+    with pytest.raises(SweepError) as err:
+        load_sweep_file(path)
+    assert "invalid YAML" in err.value.message
+    assert err.value.line is not None
+    with pytest.raises(SweepError, match="cannot read"):
+        load_sweep_file(tmp_path / "absent.yaml")
