@@ -145,8 +145,8 @@ def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | No
         else:
             port = spec.port or free_port(8100)
             _preflight(spec, adapter, port)
-            out.argv = adapter.build_argv(s, port, python=sys.executable)
-            out.env = adapter.env(spec.gpus)
+            out.argv = adapter.build_argv(s, port, python=sys.executable, seed=w.seed)
+            out.env = adapter.env(spec.gpus, server=s)
             base_url = f"http://127.0.0.1:{port}"
     except preflight.PreflightError as exc:
         out.reason, out.message = exc.code, exc.message
