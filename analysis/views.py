@@ -7,6 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
 from analysis import dashboard, exports
+from benchkit.topology import TopoMatrix
 from analysis.speedups import compute_speedups
 from runs import selectors
 from runs.models import Host, Run, Sweep
@@ -89,9 +90,8 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
     snap = selectors.latest_snapshot(host)
     fig = None
     if snap and snap.data.get("topology"):
-        topo = snap.data["topology"]
-        links = {(int(k.split(",")[0]), int(k.split(",")[1])): v for k, v in topo.get("links", {}).items()}
-        fig = topology_figure(topo.get("gpus", []), links)
+        topo = TopoMatrix.from_dict(snap.data["topology"])
+        fig = topology_figure(list(topo.gpus), topo.links)
     history = host.snapshots.only("taken_at", "fingerprint", "changed", "gpu_count", "gpu_name", "driver_version")[:50]
     return render(request, "analysis/host_detail.html", {"host": host, "snapshot": snap, "topology": fig,
                                                          "history": history})

@@ -42,6 +42,24 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")
 
 #: Latency metrics that get a full statistics block in `RunMetrics.to_flat`.
 STAT_METRICS = ("ttft", "tpot", "itl", "icl", "e2el")
+#: The six statistics of each latency metric, in `to_flat` key order.
+STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
+#: Every key of `RunMetrics.to_flat()`, in order (import/export use this list).
+FLAT_KEYS: tuple[str, ...] = (
+    "completed",
+    "failed",
+    "error_rate",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "goodput",
+    "mean_tokens_per_chunk",
+    "output_tokens_from_text",
+) + tuple(f"{s}_{m}_ms" for m in STAT_METRICS for s in STAT_NAMES)
 
 #: At most this many values per list in `distributions`.
 DISTRIBUTION_CAP = 5000

@@ -50,6 +50,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from benchkit.metrics import FLAT_KEYS, STAT_NAMES
+
 FORMATS = ("auto", "vllm", "sglang")
 
 TOOL_VLLM = "vllm bench serve"
@@ -59,25 +61,7 @@ TOOL_DRAFTBOARD = "draftboard"
 #: Version of the `draftboard` block written by `export_vllm_layout`.
 EXPORT_FORMAT = 1
 
-_STAT_METRICS = ("ttft", "tpot", "itl", "icl", "e2el")
-_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-
-#: draftboard's flat metric keys (`benchkit.metrics.RunMetrics.to_flat()`), in order.
-FLAT_KEYS: tuple[str, ...] = (
-    "completed",
-    "failed",
-    "error_rate",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "max_output_tokens_per_s",
-    "goodput",
-    "mean_tokens_per_chunk",
-    "output_tokens_from_text",
-) + tuple(f"{s}_{m}_ms" for m in _STAT_METRICS for s in _STATS)
+_STATS = STAT_NAMES
 
 _COMMON_DEFINITIONS = {
     "itl": "per chunk: gap between consecutive streamed messages (the tool's ITL is draftboard's ICL); "

@@ -73,7 +73,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
     def line(row: Sequence[str]) -> str:
-        return " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        pairs = enumerate(zip(row, widths, strict=True))
+        return " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
 
     print(line(cells[0]))
     print("-+-".join("-" * w for w in widths))

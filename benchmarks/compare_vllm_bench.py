@@ -132,7 +132,7 @@ def run_vllm_bench(
     out = result_dir / f"{name}.json"
     if proc.returncode != 0 or not out.exists():
         tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"vllm bench serve exited {proc.returncode} (result file: {out.exists()}):\n{tail}")
+        raise RuntimeError(f"vllm bench serve exited {proc.returncode} (result file {out.exists()}):\n{tail}")
     return json.loads(out.read_text())
 
 
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                     vl_runs.append(run_vllm_bench(base_url, models.target, dataset, workload, work,
                                                   f"vllm-round{r}", args.run_timeout))
                     res = vl_runs[-1]
-                print(f"round {r + 1} {who:10s}: {time.monotonic() - t1:5.1f} s, completed {res['completed']}, "
+                print(f"round {r + 1} {who:10s}: {time.monotonic() - t1:5.1f} s, "
+                      f"completed {res['completed']}, "
                       f"failed {res['failed']}, output tokens {res['total_output_tokens']}")
     except Exception as exc:  # report what ran, then the reason
         print(f"\nABORTED: {type(exc).__name__}: {exc}")
@@ -252,16 +253,21 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([label, d, v, q, "yes" if ok else "NO"])
     print_table(["metric", "draftboard", "vllm bench", "ratio d/v", f"within {args.tolerance_pct:g}%"], rows)
 
-    print("\nITL definitions side by side (mean over rounds, ms):")
+    def db(key: str) -> float | None:
+        return mean([x.get(key) for x in db_runs[:n]])
+
+    def vl(key: str) -> float | None:
+        return mean([x.get(key) for x in vl_runs[:n]])
+
+    print("\nITL definitions side by side (mean over rounds; vLLM has no per-token ITL):")
     rows = [
-        ["vLLM 'ITL' (gap per message) median", None, mean([x.get("median_itl_ms") for x in vl_runs[:n]])],
-        ["draftboard ICL (gap per message) median", mean([x.get("median_icl_ms") for x in db_runs[:n]]), None],
-        ["draftboard ITL (gap / tokens, per token) median",
-         mean([x.get("median_itl_ms") for x in db_runs[:n]]), None],
-        ["draftboard ITL (per token) mean", mean([x.get("mean_itl_ms") for x in db_runs[:n]]), None],
-        ["draftboard ICL mean", mean([x.get("mean_icl_ms") for x in db_runs[:n]]),
-         mean([x.get("mean_itl_ms") for x in vl_runs[:n]])],
-        ["draftboard mean tokens per chunk", mean([x.get("mean_tokens_per_chunk") for x in db_runs[:n]]), None],
+        ["gap per message, median (ms): vLLM 'ITL' / draftboard ICL",
+         db("median_icl_ms"), vl("median_itl_ms")],
+        ["gap per message, mean (ms): vLLM 'ITL' / draftboard ICL", db("mean_icl_ms"), vl("mean_itl_ms")],
+        ["gap per message, p99 (ms): vLLM 'ITL' / draftboard ICL", db("p99_icl_ms"), vl("p99_itl_ms")],
+        ["per-token ITL, median (ms/token): draftboard ITL", db("median_itl_ms"), None],
+        ["per-token ITL, mean (ms/token): draftboard ITL", db("mean_itl_ms"), None],
+        ["tokens per message, mean (draftboard)", db("mean_tokens_per_chunk"), None],
     ]
     print_table(["quantity", "draftboard", "vllm bench"], rows)
     if args.speculative:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
 from benchkit import sweepspec
@@ -26,14 +28,18 @@ def tiny_sweep(demo_models, name: str, methods: list, concurrency: int = 2, outp
     }, source=f"test:{name}")
 
 
-def vllm_server_pids() -> list[int]:
-    """Pids of live vLLM API server processes on this machine (any leftover is a leak)."""
+def vllm_server_pids(model_dir, leaders_only: bool = False) -> list[int]:
+    """Pids of live vLLM API server processes serving `model_dir` (any leftover is a leak).
+
+    Forked workers share the server's command line; `leaders_only` keeps the process-group
+    leader, i.e. the process benchkit.server.ManagedServer started."""
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and "vllm.entrypoints.openai.api_server" in " ".join(
-                    p.info["cmdline"] or []):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if (p.info["status"] != psutil.STATUS_ZOMBIE and "vllm.entrypoints.openai.api_server" in cmd
+                    and str(model_dir) in cmd and (not leaders_only or os.getpgid(p.pid) == p.pid)):
                 out.append(p.info["pid"])
-        except psutil.Error:
+        except (psutil.Error, ProcessLookupError):
             continue
     return out

@@ -94,4 +94,4 @@ def test_two_run_sweep_through_celery(worker, demo_models):
     assert len(chunks) > len(decode_chunks)
     assert sum(decode_chunks) / len(decode_chunks) == pytest.approx(spec_run.metrics.acceptance_length, rel=0.15)
     assert not spec_run.suspect, spec_run.suspect_reasons
-    assert vllm_server_pids() == []
+    assert vllm_server_pids(demo_models.target) == []

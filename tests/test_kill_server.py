@@ -33,7 +33,7 @@ def test_server_killed_mid_run_fails_cleanly(demo_models, settings, tmp_path):
         assert Run.objects.get(pk=run.pk).state != RunState.FAILED, Run.objects.get(pk=run.pk).failure_message
         time.sleep(0.5)
     time.sleep(2)  # let some measured requests stream
-    (pid,) = vllm_server_pids()
+    (pid,) = vllm_server_pids(demo_models.target, leaders_only=True)
     group = os.getpgid(pid)
     os.kill(pid, signal.SIGKILL)
     worker.join(timeout=300)
@@ -47,7 +47,7 @@ def test_server_killed_mid_run_fails_cleanly(demo_models, settings, tmp_path):
     assert run.server_log_tail  # the log tail is kept for diagnosis
     left = [p.pid for p in psutil.process_iter() if _pgid(p.pid) == group and p.status() != psutil.STATUS_ZOMBIE]
     assert left == [], f"processes of the killed server's group remain: {left}"
-    assert vllm_server_pids() == []
+    assert vllm_server_pids(demo_models.target) == []
 
 
 def _pgid(pid: int) -> int | None:

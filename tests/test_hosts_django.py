@@ -1,0 +1,131 @@
+"""Hosts on the Django side: topology-aware GPU planning for the users' grid, GPU leases,
+quarantine, the host page, nightly scheduling and sweep entry (file, command, admin)."""
+
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.urls import reverse
+from django_celery_beat.models import PeriodicTask
+
+from runs.models import GpuLease, Host, Run, RunState, Sweep
+from runs.services import execution, leases
+from runs.services.execution import store_outcome
+from runs.services.inventory import record_inventory
+from runs.services.sweeps import create_sweep_from_file
+from runs.services.transitions import transition
+from tests.factories import make_host, make_run, make_sweep
+from tests.test_allocation import UUIDS, pcie8_inventory
+
+pytestmark = pytest.mark.django_db
+SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+
+
+@pytest.fixture
+def pcie8_host():
+    host = make_host("ws-pcie8")
+    record_inventory(host, pcie8_inventory())
+    return host
+
+
+def test_users_grid_expands_onto_pcie8_topology(pcie8_host):
+    sweep = create_sweep_from_file(SWEEPS / "users-grid-sglang.yaml", host_name=pcie8_host.name, enqueue=False)
+    runs = list(sweep.runs.all())
+    assert len(runs) == 36  # TP 1/4/8 x auto/linear/b15/b16/b32/b64 x concurrency 1/8
+    by_tp = {}
+    for r in runs:
+        by_tp.setdefault(r.tp, set()).add(tuple(g["uuid"] for g in r.gpus))
+    assert by_tp == {1: {(UUIDS[0],)}, 4: {tuple(UUIDS[:4])}, 8: {tuple(UUIDS)}}
+    assert {r.tp for r in runs if r.gpus_cross_numa} == {8}  # only TP8 must cross the socket link
+    assert sorted({(r.method, r.tree_budget) for r in runs}, key=str) == sorted(
+        {("auto", None), ("linear", None), ("ddtree", 15), ("ddtree", 16), ("ddtree", 32), ("ddtree", 64)}, key=str)
+    assert {(r.concurrency, r.output_len) for r in runs} == {(1, 1024), (8, 1024)}
+    assert all(r.engine == "sglang" and r.state == RunState.QUEUED for r in runs)
+    ddtree = next(r for r in runs if r.method == "ddtree")
+    assert ddtree.spec["server"]["prefix_caching"] is False
+
+
+def test_host_page_shows_gpus_and_topology(client, pcie8_host, django_assert_max_num_queries):
+    with django_assert_max_num_queries(5):
+        html = client.get(reverse("analysis:host_detail", args=[pcie8_host.name])).content.decode()
+    assert UUIDS[7] in html and 'id="fig-topology"' in html and "SYS" in html
+
+
+def test_snapshot_history_flags_a_changed_host(pcie8_host):
+    inv = pcie8_inventory()
+    assert not record_inventory(pcie8_host, inv).changed
+    inv.driver_version = "999.1"
+    assert record_inventory(pcie8_host, inv).changed
+
+
+def test_gpu_leases_refuse_a_second_holder_and_expire():
+    sweep = make_sweep()
+    a, b = make_run(sweep, "auto"), make_run(sweep, "linear")
+    leases.acquire(a, ["GPU-x", "GPU-y"], ttl_s=60)
+    with pytest.raises(leases.GpusBusy, match=f"GPU-y \\(run {a.pk}\\)"):
+        leases.acquire(b, ["GPU-y", "GPU-z"], ttl_s=60)
+    assert not GpuLease.objects.filter(run=b).exists()  # all or none
+    leases.acquire(b, ["GPU-z"], ttl_s=60)
+    # a worker that died leaves leases that expire; then another run may take the GPU
+    GpuLease.objects.filter(run=a).update(expires_at="2000-01-01T00:00:00Z")
+    leases.acquire(b, ["GPU-x"], ttl_s=60)
+    assert set(GpuLease.objects.filter(run=b).values_list("gpu_uuid", flat=True)) == {"GPU-x", "GPU-z"}
+
+
+def test_run_on_held_gpus_fails_gpu_busy():
+    sweep = make_sweep()
+    from benchkit.specs import GpuRef
+
+    holder = make_run(sweep, "auto", gpus=[GpuRef(index=0, uuid="GPU-held")])
+    waiting = make_run(sweep, "linear", gpus=[GpuRef(index=0, uuid="GPU-held")])
+    leases.acquire(holder, ["GPU-held"], ttl_s=600)
+    run = execution.execute(waiting.pk)
+    assert (run.state, run.failure_reason) == (RunState.FAILED, "gpu_busy")
+
+
+def test_unclean_teardown_quarantines_host_and_later_runs_skip():
+    from benchkit.runner import RunOutcome
+
+    sweep = make_sweep()
+    run = make_run(sweep)
+    for s in ("preflight", "starting", "warming", "measuring"):
+        transition(run, s)
+    store_outcome(run, RunOutcome(ok=False, reason="teardown_incomplete", message="pid 4242 survived",
+                                  teardown={"clean": False, "survivors": [4242]}))
+    host = Host.objects.get(pk=sweep.host_id)
+    assert host.quarantined and "4242" in host.quarantine_reason
+    later = execution.execute(make_run(sweep, "linear").pk)
+    assert (later.state, later.failure_reason) == (RunState.FAILED, "host_quarantined")
+    from runs.services.admin_actions import clear_quarantine
+
+    assert clear_quarantine([host]) == 1
+    assert not Host.objects.get(pk=host.pk).quarantined
+
+
+def test_schedule_nightly_creates_beat_task():
+    call_command("schedule_nightly", str(SWEEPS / "nightly-example.yaml"), "--hour", "3")
+    task = PeriodicTask.objects.get(task="runs.start_sweep_from_file")
+    assert task.enabled and task.crontab.hour == "3"
+    assert "nightly-example.yaml" in task.kwargs
+
+
+def test_bad_sweep_file_names_line_and_field_and_stores_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nengine: vllm\nmodel: /m\ngrid:\n  tp: [1]\n  methods:\n    - {method: ddtree}\n"
+                   "  concurrency: [1]\n  output_len: [16]\n")
+    with pytest.raises(CommandError, match=r"bad.yaml:7.*tree_budget"):
+        call_command("start_sweep", str(bad), "--no-enqueue")
+    with pytest.raises(CommandError, match="bad.yaml"):
+        call_command("schedule_nightly", str(bad))
+    assert Sweep.objects.count() == 0 and Run.objects.count() == 0
+
+
+def test_admin_creates_sweep_from_yaml(admin_client, pcie8_host):
+    url = reverse("admin:runs_sweep_create_from_yaml")
+    text = (SWEEPS / "users-grid-sglang.yaml").read_text()
+    resp = admin_client.post(url, {"host": pcie8_host.pk, "grid": text})
+    assert resp.status_code == 302, resp.content.decode()[-2000:]
+    assert Sweep.objects.get().runs.count() == 36
+    bad = admin_client.post(url, {"host": pcie8_host.pk, "grid": "name: [unclosed"})
+    assert b"not valid YAML" in bad.content and Sweep.objects.count() == 1
