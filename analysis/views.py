@@ -7,8 +7,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
 from analysis import dashboard, exports
-from benchkit.topology import TopoMatrix
 from analysis.speedups import compute_speedups
+from benchkit.topology import TopoMatrix
 from runs import selectors
 from runs.models import Host, Run, Sweep
 

@@ -54,6 +54,7 @@ DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "external": 0}
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 GRID_AXES = ("concurrency", "output_len", "input_len")
 _TOP_KEYS = {
+    "gpus",
     "name",
     "description",
     "engine",
@@ -222,6 +223,9 @@ class SweepSpec:
     limits: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
     repeats: int = 1
+    #: GPUs pinned per TP degree (NVML indices), from the file's `gpus:`; others are planned
+    #: from the host topology (benchkit.allocation.plan_sweep_gpus).
+    pinned_gpus: dict[int, list[int]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     source: str = "<dict>"
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -707,6 +711,20 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
             slo[key] = float(val)
 
     repeats = _int(ctx, data["repeats"], data, "repeats", "repeats") if "repeats" in data else 1
+    pinned: dict[int, list[int]] = {}
+    if "gpus" in data:
+        gd = data["gpus"]
+        if not isinstance(gd, dict):
+            raise ctx.fail(data, "gpus", "gpus",
+                           "expected a mapping of TP degree to GPU indices, e.g. {4: [4, 5, 6, 7]}")
+        for tp_key, indices in gd.items():
+            p = f"gpus.{tp_key}"
+            if not isinstance(tp_key, int) or tp_key not in grid["tp"]:
+                raise ctx.fail(gd, tp_key, p, f"{tp_key!r} is not a TP degree of grid.tp {grid['tp']}")
+            idx = _int_list(ctx, indices, gd, tp_key, p, minimum=0)
+            if len(idx) != tp_key or len(set(idx)) != len(idx):
+                raise ctx.fail(gd, tp_key, p, f"TP {tp_key} needs {tp_key} distinct GPU indices, got {idx}")
+            pinned[tp_key] = idx
     extra = data.get("extra", {}) or {}
     if not isinstance(extra, dict):
         raise ctx.fail(data, "extra", "extra", "expected a mapping")
@@ -725,6 +743,7 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         limits=limits,
         slo=slo,
         repeats=repeats,
+        pinned_gpus=pinned,
         extra=_plain(extra),
         source=source,
         raw=_plain(data),

@@ -142,6 +142,12 @@ def mean(xs: list[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def spread(xs: list[float | None]) -> str:
+    """'min..max' of the non-None values over rounds (shows run-to-run drift), '-' when none."""
+    vals = [x for x in xs if x is not None]
+    return f"{fmt(min(vals))}..{fmt(max(vals))}" if vals else "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse options, run the comparison, print the tables; return the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -250,8 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         q = ratio(d, v)
         ok = q is not None and abs(q - 1) * 100 <= args.tolerance_pct
         verdicts.append((label, q, ok))
-        rows.append([label, d, v, q, "yes" if ok else "NO"])
-    print_table(["metric", "draftboard", "vllm bench", "ratio d/v", f"within {args.tolerance_pct:g}%"], rows)
+        rows.append([label, d, v, q, "yes" if ok else "NO",
+                     spread([x.get(dk) for x in db_runs[:n]]), spread([x.get(vk) for x in vl_runs[:n]])])
+    print_table(["metric", "draftboard", "vllm bench", "ratio d/v", f"within {args.tolerance_pct:g}%",
+                 "draftboard min..max", "vllm min..max"], rows)
 
     def db(key: str) -> float | None:
         return mean([x.get(key) for x in db_runs[:n]])

@@ -8,6 +8,8 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from benchkit.allocation import AllocationError
+from benchkit.sweepspec import SweepError
 from runs import models
 from runs.forms import InvalidateForm, SweepYamlForm
 from runs.services import admin_actions, sweeps
@@ -89,10 +91,14 @@ class SweepAdmin(admin.ModelAdmin):
         """Admin page: paste a sweep grid as YAML, pick a host, create (and enqueue) its runs."""
         form = SweepYamlForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
-            sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
-                                        enqueue=form.cleaned_data["enqueue"])
-            messages.success(request, f"created sweep {sweep.pk} with {sweep.runs.count()} runs")
-            return redirect("admin:runs_sweep_change", sweep.pk)
+            try:
+                sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
+                                            enqueue=form.cleaned_data["enqueue"])
+            except (AllocationError, SweepError) as exc:
+                form.add_error("grid", str(exc))
+            else:
+                messages.success(request, f"created sweep {sweep.pk} with {sweep.runs.count()} runs")
+                return redirect("admin:runs_sweep_change", sweep.pk)
         ctx = {**self.admin_site.each_context(request), "form": form, "title": "Create a sweep from YAML",
                "opts": self.model._meta}
         return render(request, "admin/runs/sweep_yaml.html", ctx)

@@ -46,6 +46,24 @@ def test_users_grid_expands_onto_pcie8_topology(pcie8_host):
     assert ddtree.spec["server"]["prefix_caching"] is False
 
 
+def test_sweep_can_pin_gpus(pcie8_host, tmp_path):
+    text = (SWEEPS / "users-grid-sglang.yaml").read_text()
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(text + "\ngpus:\n  4: [4, 5, 6, 7]\n  1: [6]\n")
+    runs = create_sweep_from_file(pinned, host_name=pcie8_host.name, enqueue=False).runs.all()
+    assert {tuple(g["index"] for g in r.gpus) for r in runs if r.tp == 4} == {(4, 5, 6, 7)}
+    assert {tuple(g["index"] for g in r.gpus) for r in runs if r.tp == 1} == {(6,)}
+    assert {tuple(g["uuid"] for g in r.gpus) for r in runs if r.tp == 8} == {tuple(UUIDS)}
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(text + "\ngpus:\n  4: [9, 10, 11, 12]\n")
+    with pytest.raises(CommandError, match="do not exist"):
+        call_command("start_sweep", str(wrong), "--host", pcie8_host.name, "--no-enqueue")
+    bad_tp = tmp_path / "bad_tp.yaml"
+    bad_tp.write_text(text + "\ngpus:\n  2: [0, 1]\n")
+    with pytest.raises(CommandError, match="gpus.2"):
+        call_command("start_sweep", str(bad_tp), "--host", pcie8_host.name, "--no-enqueue")
+
+
 def test_host_page_shows_gpus_and_topology(client, pcie8_host, django_assert_max_num_queries):
     with django_assert_max_num_queries(5):
         html = client.get(reverse("analysis:host_detail", args=[pcie8_host.name])).content.decode()

@@ -21,22 +21,19 @@ def get_or_create_host(name: str | None = None) -> Host:
     return host
 
 
-def _gpu_assigner(inventory: HostInventory | None, tps: list[int]):
-    """Give every run of one TP degree the same topology-aware GPU set (benchkit.allocation).
-
-    Returns None on a host without GPUs (CPU servers take no GPUs)."""
+def _gpu_assigner(inventory: HostInventory | None, tps: list[int], pinned: dict[int, list[int]]):
+    """Give every run of one TP degree the same GPU set: the sweep's pinned indices where it
+    pins them, else a topology-aware choice (benchkit.allocation). Returns None on a host
+    without GPUs (CPU servers take no GPUs). Raises allocation.AllocationError when the host
+    has too few GPUs or a pinned index does not exist."""
     if inventory is None or not inventory.gpus:
         return None
-    plan = allocation.plan_sweep_gpus(inventory, sorted(set(tps)))
-    by_index = {g.index: g for g in inventory.gpus}
+    plan = allocation.plan_sweep_gpus(inventory, sorted(set(tps) - set(pinned)))
+    groups = {tp: allocation.choose_gpus(inventory, tp, pinned=pinned[tp]) for tp in pinned}
+    groups.update({tp: allocation.choose_gpus(inventory, tp, pinned=indices) for tp, indices in plan.items()})
 
     def assign(tp: int) -> list[GpuRef]:
-        return [
-            GpuRef(index=i, uuid=by_index[i].uuid, pci_bus_id=by_index[i].pci_bus_id or "",
-                   numa_node=by_index[i].numa_node if by_index[i].numa_node is not None else -1,
-                   name=by_index[i].name or "")
-            for i in plan[tp]
-        ]
+        return groups[tp].gpu_refs()
 
     return assign
 
@@ -74,7 +71,7 @@ def create_sweep(spec: sweepspec.SweepSpec, host: Host, source: str, enqueue: bo
         raise sweepspec.SweepError(spec.source, None, "", "unresolved placeholders: "
                                    + ", ".join("{" + p + "}" for p in sorted(left)))
     inventory = latest_inventory(host)
-    runspecs = spec.expand(assign_gpus=_gpu_assigner(inventory, spec.grid["tp"]))
+    runspecs = spec.expand(assign_gpus=_gpu_assigner(inventory, spec.grid["tp"], spec.pinned_gpus))
     is_demo = any(r.server.is_demo_model for r in runspecs)
     with transaction.atomic():
         sweep = Sweep.objects.create(name=spec.name, description=spec.description, host=host, source=source,
