@@ -258,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['completed']}/{r['failed']}",
             ])
         print_table(["configured tok/s", "gap ms", "achieved tok/s", "achieved/conf", "err p50 ms",
-                     "err p99 ms", "err p1 ms", "server CPU %", "ok/failed"], rows)
+                     "err p99 ms", "err p1 ms", "server CPU %*", "ok/failed"], rows)
 
+    print("\n* server CPU seconds during the whole client run (incl. warmup requests) / measured window:"
+          " an upper bound of its load; near or above 100 % the server, not the client, may be the limit.")
     db, vl = results["draftboard"], results["vllm bench serve"]
     if not db or not vl:
         print("\nRESULT: not comparable (a client did not run).")

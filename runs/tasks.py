@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from runs.services import execution, sweeps
+from runs.services import execution, leases, sweeps
+
+#: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
+#: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
+GPU_BUSY_RETRY_S = 60
+GPU_BUSY_MAX_RETRIES = 120
 
 
-@shared_task(name="runs.execute_run", acks_late=True)
-def execute_run_task(run_id: int) -> str:
+@shared_task(bind=True, name="runs.execute_run", acks_late=True, max_retries=GPU_BUSY_MAX_RETRIES)
+def execute_run_task(self, run_id: int) -> str:
     """Execute run `run_id` on this host's worker; returns the final state."""
-    return execution.execute(run_id).state
+    try:
+        return execution.execute(run_id).state
+    except leases.GpusBusy as exc:
+        if self.request.retries >= GPU_BUSY_MAX_RETRIES:
+            return execution.fail_queued(run_id, "gpu_busy", str(exc)).state
+        raise self.retry(countdown=GPU_BUSY_RETRY_S) from None
 
 
 @shared_task(name="runs.start_sweep_from_file")

@@ -33,6 +33,7 @@ def measured_sweep(demo_models, settings, tmp_path):
 def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_path):
     from playwright.sync_api import sync_playwright
 
+    run = Run.objects.filter(sweep=measured_sweep, method="draft_model").get()  # no ORM inside playwright's loop
     errors: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
@@ -46,7 +47,6 @@ def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_
         assert page.locator("text=Demo model").count() >= 1
         bars = page.locator("#fig-speedup-plot .bars .point").count()
         assert bars == 2  # auto (1.0x) and draft_model k=2
-        run = Run.objects.filter(sweep=measured_sweep, method="draft_model").get()
         page.goto(f"{live_server.url}/runs/{run.pk}/")
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
         assert page.locator(".js-plotly-plot").count() == 4  # TTFT, ITL, ICL, tokens per chunk

@@ -91,15 +91,24 @@ def test_gpu_leases_refuse_a_second_holder_and_expire():
     assert set(GpuLease.objects.filter(run=b).values_list("gpu_uuid", flat=True)) == {"GPU-x", "GPU-z"}
 
 
-def test_run_on_held_gpus_fails_gpu_busy():
+def test_run_on_held_gpus_waits_then_fails_gpu_busy():
     sweep = make_sweep()
     from benchkit.specs import GpuRef
 
     holder = make_run(sweep, "auto", gpus=[GpuRef(index=0, uuid="GPU-held")])
     waiting = make_run(sweep, "linear", gpus=[GpuRef(index=0, uuid="GPU-held")])
     leases.acquire(holder, ["GPU-held"], ttl_s=600)
-    run = execution.execute(waiting.pk)
-    assert (run.state, run.failure_reason) == (RunState.FAILED, "gpu_busy")
+    with pytest.raises(leases.GpusBusy):
+        execution.execute(waiting.pk)
+    waiting.refresh_from_db()
+    assert waiting.state == RunState.QUEUED  # the task retries later
+    # every retry used up: the task fails the run with the reason
+    from runs.tasks import GPU_BUSY_MAX_RETRIES, execute_run_task
+
+    result = execute_run_task.apply(args=[waiting.pk], retries=GPU_BUSY_MAX_RETRIES)
+    assert result.get() == RunState.FAILED
+    waiting.refresh_from_db()
+    assert waiting.failure_reason == "gpu_busy" and "GPU-held" in waiting.failure_message
 
 
 def test_unclean_teardown_quarantines_host_and_later_runs_skip():

@@ -54,30 +54,27 @@ class _DjangoHooks:
 def execute(run_id: int) -> Run:
     """Execute queued run `run_id` to a terminal state and return it.
 
-    Claims the run atomically (queued -> preflight); if another worker already claimed it, or
-    it is not queued, returns it untouched. A quarantined host fails the run with
-    `host_quarantined`; GPUs held by another run fail it with `gpu_busy`. Never raises for a
+    Leases the run's GPUs first: raises leases.GpusBusy (the run stays queued; the task
+    retries later) when another run holds one. Then claims the run atomically (queued ->
+    preflight); if another worker already claimed it, or it is not queued, returns it
+    untouched. A quarantined host fails the run with `host_quarantined`. Never raises for a
     benchmark failure: those end as state `failed` with `failure_reason`.
     """
     run = Run.objects.select_related("host").get(pk=run_id)
     if run.state != RunState.QUEUED:
         log.info("run %s is %s, not queued: nothing to do", run.pk, run.state)
         return run
-    try:
-        transition(run, RunState.PREFLIGHT, note="claimed by worker")
-    except IllegalTransition:
-        return Run.objects.get(pk=run_id)
     host: Host = run.host
-    host.refresh_from_db()
     if host.quarantined:
         return transition(run, RunState.FAILED, failure_reason="host_quarantined",
                           failure_message=f"host {host.name} is quarantined: {host.quarantine_reason}")
     spec = RunSpec.from_dict(run.spec)
+    leases.acquire(run, [g.uuid for g in spec.gpus], ttl_s=spec.limits.run_timeout_s)
     try:
-        leases.acquire(run, [g.uuid for g in spec.gpus], ttl_s=spec.limits.run_timeout_s)
-    except leases.GpusBusy as exc:
-        return transition(run, RunState.FAILED, failure_reason="gpu_busy", failure_message=str(exc))
-    try:
+        try:
+            transition(run, RunState.PREFLIGHT, note="claimed by worker")
+        except IllegalTransition:
+            return Run.objects.get(pk=run_id)
         workdir = Path(settings.DRAFTBOARD_RUNS_DIR) / f"run-{run.pk}"
         hooks = _DjangoHooks(run)
         try:
@@ -89,6 +86,14 @@ def execute(run_id: int) -> Run:
         return store_outcome(run, outcome)
     finally:
         leases.release(run)
+
+
+def fail_queued(run_id: int, reason: str, message: str) -> Run:
+    """Fail a run that never started (e.g. its GPUs stayed busy past every retry)."""
+    run = Run.objects.get(pk=run_id)
+    if run.state != RunState.QUEUED:
+        return run
+    return transition(run, RunState.FAILED, failure_reason=reason, failure_message=message)
 
 
 def store_outcome(run: Run, outcome: RunOutcome) -> Run:
