@@ -5,14 +5,24 @@ started with `--load-format dummy` (random weights; docs/ENVIRONMENT.md). That i
 every code path of draftboard end to end on a CPU-only machine: server start, readiness,
 streaming, speculative decoding with `draft_model` (the draft model inherits the target's load
 config, so it is dummy-loaded too: vllm/model_executor/model_loader/utils.py
-`get_draft_load_config`), Prometheus counters and teardown. The generated text is random and the
-acceptance figures mean nothing; both directories are marked as demo models (`draftboard_demo:
-true` in `config.json` and a README.md) so that nobody mistakes their numbers for real ones.
+`get_draft_load_config`), Prometheus counters and teardown.
+
+The draft is the target's first layer: same hidden size, heads and vocab, 1 layer instead of 4.
+vLLM's dummy loader seeds every parameter with the same seed
+(vllm/model_executor/model_loader/weight_utils.py `initialize_single_dummy_weight`, seed 1234),
+so tensors of equal shape get equal values: the draft's embeddings, LM head and its one layer
+equal the target's, and as the dummy weights are tiny (uniform in +-1e-3) the residual stream
+is dominated by the embedding, so the draft mostly predicts what the target predicts. That
+gives a demo with real, non-trivial acceptance (and a real speedup on the CPU) instead of
+zero acceptance between two unrelated random models. The text itself is meaningless (it
+loops), so n-gram drafting also accepts. Both directories are marked as demo models
+(`draftboard_demo: true` in `config.json` and a README.md) so that nobody mistakes their
+numbers for a real model's.
 
 Layout under `root`::
 
     root/target/   config.json (4-layer, 256-wide LlamaForCausalLM), tokenizer files, README.md
-    root/draft/    config.json (2-layer, 128-wide LlamaForCausalLM), same tokenizer files
+    root/draft/    config.json (1-layer, 256-wide LlamaForCausalLM), same tokenizer files
     root/prompts.txt  one plain-text prompt per line (module docstrings of the standard library)
     root/.draftboard_demo.json  marker: builder version, content hash, files
 
@@ -109,8 +119,8 @@ def _llama_config(layers: int, hidden: int, heads: int, intermediate: int, role:
 
 #: config.json of the target: 4 layers, hidden 256, 4 heads of 64.
 TARGET_CONFIG = _llama_config(layers=4, hidden=256, heads=4, intermediate=688, role="target")
-#: config.json of the draft model: 2 layers, hidden 128, 2 heads of 64, same vocab.
-DRAFT_CONFIG = _llama_config(layers=2, hidden=128, heads=2, intermediate=344, role="draft")
+#: config.json of the draft model: the target's shapes with 1 layer (see the module doc for why).
+DRAFT_CONFIG = _llama_config(layers=1, hidden=256, heads=4, intermediate=688, role="draft")
 
 TOKENIZER_CONFIG = {
     "tokenizer_class": "PreTrainedTokenizerFast",

@@ -40,6 +40,7 @@ def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_
         page = browser.new_page()
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
         page.goto(f"{live_server.url}/")
         page.click(f"text={measured_sweep.name} #{measured_sweep.pk}")
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
