@@ -194,7 +194,7 @@ def test_unreachable_server_fails_every_request():
     with SyntheticServer() as url:
         pass  # started and stopped: the port is now closed
     res = run_load_sync(url, "m", wl, prompts=prompts(3), request_timeout_s=5.0)
-    assert all(not log.ok and log.error.startswith("transport: ConnectError") for log in res.logs)
+    assert all(not log.ok and log.error.startswith("transport: ClientConnectorError") for log in res.logs)
     m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
     assert (m.completed, m.failed) == (0, 2)
 
