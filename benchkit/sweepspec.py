@@ -565,7 +565,11 @@ def _parse_variants(ctx: _Ctx, methods: Any, grid: Any, sweep: dict[str, Any]) -
             else []
         )
         for k, b in itertools.product(ks, budgets):
-            variants.append(MethodVariant(method, k, b, drafter, build, prefix, list(extra)))
+            variant = MethodVariant(method, k, b, drafter, build, prefix, list(extra))
+            if variant in variants:
+                raise ctx.fail(container, ckey, path, f"duplicate method entry {variant.label!r} (each point runs once;"
+                               " use `repeats` for repeated measurements)")
+            variants.append(variant)
     return variants
 
 
@@ -782,11 +786,20 @@ def load_sweep_file(path: str | Path, variables: dict[str, str] | None = None) -
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SweepError(str(path), None, "", f"not UTF-8 text (byte {exc.start}): is this a sweep file?") from None
     except OSError as exc:
         raise SweepError(str(path), None, "", f"cannot read sweep file: {exc}") from exc
+    return loads_sweep(text, str(path), variables)
+
+
+def loads_sweep(text: str, source: str = "<text>", variables: dict[str, str] | None = None) -> SweepSpec:
+    """Parse and validate sweep YAML given as text (the admin's form); errors name `source`,
+    the line and the field, as for a file."""
     try:
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise SweepError(str(path), mark.line + 1 if mark else None, "", f"invalid YAML: {exc}") from exc
-    return parse_sweep(data, str(path), variables)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SweepError(source, mark.line + 1 if mark else None, "", f"invalid YAML: {problem}") from None
+    return parse_sweep(data, source, variables)

@@ -119,12 +119,17 @@ def stop_all(var_dir: Path) -> list[str]:
             stop_process_group(os.getpgid(pid), term_timeout_s=15)
             stopped.append(pidfile.stem)
         pidfile.unlink(missing_ok=True)
-    rpid = var_dir / "redis" / "redis.pid"
-    pid = _alive(rpid)
-    if pid:
-        os.kill(pid, signal.SIGTERM)
+    if stop_redis(var_dir):
         stopped.append("redis")
     return stopped
+
+
+def stop_redis(var_dir: Path) -> bool:
+    """Stop the private Redis of `var_dir` if it runs; True when one was stopped."""
+    pid = _alive(var_dir / "redis" / "redis.pid")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+    return bool(pid)
 
 
 def service_argvs(host_name: str, web_addr: str, var_dir: Path) -> dict[str, list[str]]:

@@ -24,7 +24,10 @@ from .env import ConfigError, env_bool, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DRAFTBOARD_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+try:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+except OSError as _exc:
+    raise ConfigError(f"DRAFTBOARD_VAR_DIR={VAR_DIR}: cannot use it as the state directory ({_exc})") from None
 
 
 def _secret_key() -> str:
@@ -92,6 +95,8 @@ try:
     DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=0)}
 except ValueError as exc:  # unknown scheme, malformed URL
     raise ConfigError(f"DATABASE_URL is not a usable database URL: {exc}") from None
+if not DATABASES["default"].get("NAME"):
+    raise ConfigError("DATABASE_URL names no database (e.g. postgres://user@host:5432/draftboard)")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web server, worker and beat share one SQLite file: wait for locks instead of failing.
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}

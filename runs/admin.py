@@ -15,6 +15,19 @@ from runs.forms import InvalidateForm, SweepYamlForm
 from runs.services import admin_actions, sweeps
 
 
+class AuditReadOnly:
+    """Stored measurements and their history are evidence: viewable, never edited or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(models.Host)
 class HostAdmin(admin.ModelAdmin):
     list_display = ("name", "quarantined", "quarantine_reason", "created_at")
@@ -36,7 +49,7 @@ class GpuInline(admin.TabularInline):
 
 
 @admin.register(models.HardwareSnapshot)
-class HardwareSnapshotAdmin(admin.ModelAdmin):
+class HardwareSnapshotAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("host", "taken_at", "gpu_count", "gpu_name", "driver_version", "cuda_version", "changed",
                     "short_fingerprint")
     list_filter = ("host", "changed", "gpu_name", "driver_version")
@@ -49,7 +62,7 @@ class HardwareSnapshotAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Gpu)
-class GpuAdmin(admin.ModelAdmin):
+class GpuAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("uuid", "index", "name", "pci_bus_id", "numa_node", "memory_total_mib", "snapshot")
     list_filter = ("name", "numa_node")
     search_fields = ("uuid", "pci_bus_id")
@@ -75,6 +88,9 @@ class SweepAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # sweeps are entered as YAML through "create from YAML" (see get_urls)
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # runs stay for audit; invalidate them instead
+
     @admin.display(description="dashboard")
     def dashboard(self, obj):
         return format_html('<a href="{}">open</a>', reverse("analysis:sweep_detail", args=[obj.pk]))
@@ -94,7 +110,7 @@ class SweepAdmin(admin.ModelAdmin):
             try:
                 sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
                                             enqueue=form.cleaned_data["enqueue"])
-            except (AllocationError, SweepError) as exc:
+            except (AllocationError, SweepError, sweeps.BrokerUnavailable) as exc:
                 form.add_error("grid", str(exc))
             else:
                 messages.success(request, f"created sweep {sweep.pk} with {sweep.runs.count()} runs")
@@ -126,6 +142,9 @@ class RunAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # runs come from sweeps
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # an invalidated run stays for audit
+
     @admin.display(description="output tok/s", ordering="metrics__output_throughput")
     def output_tok_s(self, obj):
         m = getattr(obj, "metrics", None)
@@ -151,7 +170,7 @@ class RunAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.RunMetrics)
-class RunMetricsAdmin(admin.ModelAdmin):
+class RunMetricsAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", "output_throughput", "median_ttft_ms", "median_tpot_ms", "acceptance_length",
                     "error_rate", "source_tool")
     list_filter = ("source_tool",)
@@ -159,7 +178,7 @@ class RunMetricsAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.RequestLogBlob)
-class RequestLogBlobAdmin(admin.ModelAdmin):
+class RequestLogBlobAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", "n_requests", "n_warmup")
     exclude = ("data",)
     readonly_fields = ("run", "n_requests", "n_warmup", "window_start_ns", "window_end_ns")
@@ -172,6 +191,6 @@ class GpuLeaseAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.RunTransition)
-class RunTransitionAdmin(admin.ModelAdmin):
+class RunTransitionAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", "from_state", "to_state", "at", "note")
     list_filter = ("to_state",)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import yaml
 from django import forms
 
 from benchkit import sweepspec
@@ -26,12 +25,11 @@ class SweepYamlForm(forms.Form):
 
     def clean_grid(self):
         """Parse and validate the YAML; the error names the field that is wrong."""
-        text = self.cleaned_data["grid"]
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise forms.ValidationError(f"not valid YAML: {exc}") from None
-        try:
-            return sweepspec.parse_sweep(data, source="admin")
+            spec = sweepspec.loads_sweep(self.cleaned_data["grid"], source="admin YAML")
         except sweepspec.SweepError as exc:
             raise forms.ValidationError(str(exc)) from None
+        if spec.placeholders():
+            raise forms.ValidationError("unresolved placeholders: " + ", ".join(
+                "{" + p + "}" for p in sorted(spec.placeholders())) + " (write the real values)")
+        return spec

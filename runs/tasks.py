@@ -24,7 +24,8 @@ def execute_run_task(self, run_id: int) -> str:
 
 
 @shared_task(name="runs.start_sweep_from_file")
-def start_sweep_from_file_task(path: str, host_name: str = "") -> int:
-    """Create a sweep from the YAML file at `path` on host `host_name` (default: the worker's
-    host) and enqueue its runs. Scheduled nightly through django-celery-beat. Returns the sweep id."""
-    return sweeps.create_sweep_from_file(path, host_name=host_name or None).pk
+def start_sweep_from_file_task(path: str, host_name: str = "", substitutions: dict | None = None) -> int:
+    """Create a sweep from the YAML file at `path` (placeholders filled from `substitutions`) on
+    host `host_name` (default: the worker's host) and enqueue its runs. Scheduled nightly
+    through django-celery-beat on the host's queue. Returns the sweep id."""
+    return sweeps.create_sweep_from_file(path, host_name=host_name or None, substitutions=substitutions or None).pk

@@ -22,5 +22,5 @@ VAR2="$(mktemp -d)"
 PG_URL="${DRAFTBOARD_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/draftboard}"
 REDIS_TEST_URL="${DRAFTBOARD_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
 echo "== leg 2: PostgreSQL ($PG_URL) + Redis ($REDIS_TEST_URL)"
-env DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_TEST_URL" -u CELERY_BROKER_URL DRAFTBOARD_VAR_DIR="$VAR2" \
+env -u CELERY_BROKER_URL DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_TEST_URL" DRAFTBOARD_VAR_DIR="$VAR2" \
   $BIN/python -m pytest -q -p no:cacheprovider -m "not vllm or celery" "$@"

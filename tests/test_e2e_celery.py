@@ -35,6 +35,7 @@ def _test_database_url() -> str:
 @pytest.fixture
 def worker(tmp_path):
     """A real `celery worker` process consuming a fresh host queue; stopped (whole group) after."""
+    was_up = localstack.ping(settings.CELERY_BROKER_URL)
     broker = localstack.ensure_redis(settings.CELERY_BROKER_URL, Path(settings.VAR_DIR))
     host_name = f"ci-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "DATABASE_URL": _test_database_url(), "CELERY_BROKER_URL": broker,
@@ -49,6 +50,8 @@ def worker(tmp_path):
     stop_process_group(proc.pid, term_timeout_s=20)
     proc.wait(timeout=10)
     log.close()
+    if not was_up:  # the private Redis this test started
+        localstack.stop_redis(Path(settings.VAR_DIR))
 
 
 def test_two_run_sweep_through_celery(worker, demo_models):

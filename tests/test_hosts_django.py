@@ -4,6 +4,7 @@ quarantine, the host page, nightly scheduling and sweep entry (file, command, ad
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
@@ -133,7 +134,7 @@ def test_unclean_teardown_quarantines_host_and_later_runs_skip():
 def test_schedule_nightly_creates_beat_task():
     call_command("schedule_nightly", str(SWEEPS / "nightly-example.yaml"), "--hour", "3")
     task = PeriodicTask.objects.get(task="runs.start_sweep_from_file")
-    assert task.enabled and task.crontab.hour == "3"
+    assert task.enabled and task.crontab.hour == "3" and task.queue == f"host.{settings.DRAFTBOARD_HOST}"
     assert "nightly-example.yaml" in task.kwargs
 
 
@@ -155,4 +156,43 @@ def test_admin_creates_sweep_from_yaml(admin_client, pcie8_host):
     assert resp.status_code == 302, resp.content.decode()[-2000:]
     assert Sweep.objects.get().runs.count() == 36
     bad = admin_client.post(url, {"host": pcie8_host.pk, "grid": "name: [unclosed"})
-    assert b"not valid YAML" in bad.content and Sweep.objects.count() == 1
+    assert b"invalid YAML" in bad.content and Sweep.objects.count() == 1
+
+
+def test_unreachable_broker_stores_nothing(monkeypatch):
+    from benchsite.celery import app
+
+    monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:1/0")
+    with pytest.raises(CommandError, match="broker redis://127.0.0.1:1/0 does not answer"):
+        call_command("start_sweep", str(SWEEPS / "nightly-example.yaml"), "--host", "gpu-a")
+    assert Sweep.objects.count() == 0 and Run.objects.count() == 0
+
+
+@pytest.mark.parametrize("name", ["../etc", "gpu/01", "a b", "x" * 101, "_lead"])
+def test_bad_host_names_are_refused(name):
+    with pytest.raises(CommandError, match="host name"):
+        call_command("record_inventory", f"--host={name}")
+    with pytest.raises(CommandError, match="host name"):
+        call_command("start_sweep", str(SWEEPS / "nightly-example.yaml"), f"--host={name}", "--no-enqueue")
+    assert Host.objects.count() == 0
+
+
+def test_gpu_less_host_refuses_tp_above_one():
+    from benchkit.inventory import HostInventory
+
+    record_inventory(make_host("cpu-box"), HostInventory(hostname="cpu-box", gpus=[]))
+    with pytest.raises(CommandError, match="has no GPUs.*TP 8"):
+        call_command("start_sweep", str(SWEEPS / "users-grid-sglang.yaml"), "--host", "cpu-box", "--no-enqueue")
+    assert Sweep.objects.count() == 0
+
+
+def test_audit_rows_are_read_only_in_admin(admin_client):
+    from tests.factories import finish_run
+
+    run = finish_run(make_run(make_sweep()))
+    assert admin_client.get(reverse("admin:runs_runtransition_add")).status_code == 403
+    assert admin_client.get(reverse("admin:runs_run_delete", args=[run.pk])).status_code == 403
+    assert admin_client.get(reverse("admin:runs_runmetrics_change", args=[run.metrics.pk])).status_code == 200
+    resp = admin_client.post(reverse("admin:runs_runmetrics_change", args=[run.metrics.pk]), {"completed": 0})
+    assert resp.status_code == 403
+    assert Run.objects.get(pk=run.pk).metrics.completed == 4

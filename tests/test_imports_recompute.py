@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 
 from runs.models import Run, RunMetrics, Sweep
 from runs.services.export import run_export
-from runs.services.imports import import_result_file
+from runs.services.imports import ImportOptionError, import_result_file
 from runs.services.recompute import recompute_run
 from tests.factories import finish_run, make_host, make_run, make_sweep
 
@@ -19,10 +19,11 @@ RESULTS = Path(__file__).parent / "fixtures" / "results"
 
 def test_import_sglang_jsonl_records_source_definitions():
     sweep = import_result_file(RESULTS / "sglang-bench-serving.jsonl", make_host(), "sglang import",
-                               method="draft_model", num_speculative_tokens=4, engine="sglang")
+                               method="draft_model", num_speculative_tokens=4)
     runs = list(sweep.runs.select_related("metrics"))
     assert len(runs) == 2
     m = runs[0].metrics
+    assert runs[0].engine == "sglang"  # from the tool that wrote the file
     assert m.source_tool == "sglang.bench_serving"
     assert "itl" in m.definitions  # their ITL is per chunk, stored as our ICL
     assert m.data.get("median_itl_ms") is None and m.data.get("median_icl_ms") is not None
@@ -34,7 +35,7 @@ def test_malformed_file_stores_nothing(tmp_path):
     good = (RESULTS / "sglang-bench-serving.jsonl").read_text().splitlines()[0]
     bad.write_text(good + "\n" + '{"completed": "many"\n')
     with pytest.raises(CommandError, match="line 2"):
-        call_command("import_results", str(bad), "--sweep-name", "x", "--format", "sglang")
+        call_command("import_results", str(bad), "--sweep-name", "x", "--format", "sglang", "--method", "auto")
     assert Sweep.objects.count() == 0 and Run.objects.count() == 0
 
 
@@ -47,7 +48,10 @@ def test_export_round_trips_through_the_importer(tmp_path):
     assert exported["median_itl_ms"] == pytest.approx(run.metrics.data["median_icl_ms"])
     path = tmp_path / "run.json"
     path.write_text(json.dumps(exported, default=str))
-    back = import_result_file(path, make_host(), "round trip").runs.get().metrics
+    with pytest.raises(ImportOptionError, match="records speculative decoding"):
+        import_result_file(path, make_host(), "round trip", method="auto")
+    back = import_result_file(path, make_host(), "round trip", method="draft_model", num_speculative_tokens=4
+                              ).runs.get().metrics
     assert back.data["median_itl_ms"] == pytest.approx(run.metrics.data["median_itl_ms"])
     assert back.output_throughput == pytest.approx(run.metrics.output_throughput)
 
@@ -60,3 +64,16 @@ def test_recompute_rederives_metrics_from_stored_logs():
     m = recompute_run(run)
     assert m.output_throughput == pytest.approx(before["output_throughput"])
     assert m.median_ttft_ms == pytest.approx(before["median_ttft_ms"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "bogus"], "unknown"), (["--method", "auto", "--tp", "0"], "--tp 0"),
+    (["--method", "ddtree"], "needs --tree-budget"),
+    (["--method", "auto", "--tree-budget", "15"], "does not speculate"),
+    (["--method", "ngram", "--num-speculative-tokens", "-3"], "must be >= 1"),
+    (["--method", "auto", "--host", "a/b"], "host name"),
+])
+def test_import_options_are_checked(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("import_results", str(RESULTS / "sglang-bench-serving.jsonl"), "--sweep-name", "x", *args)
+    assert Sweep.objects.count() == 0

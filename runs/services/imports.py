@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchkit.resultfiles import ImportedRun, load_result_file
+from benchkit.specs import METHODS
 from runs.models import Host, Run, RunMetrics, RunState, RunTransition, Sweep
 from runs.services.execution import metrics_fields
 
@@ -22,15 +23,46 @@ def _num(value, default=0):
     return default if value is None else value
 
 
-def import_result_file(path: str | Path, host: Host, sweep_name: str, method: str = "auto",
+class ImportOptionError(ValueError):
+    """The options given for an import contradict each other or the method's rules."""
+
+
+def check_import_options(method: str, num_speculative_tokens: int | None, tree_budget: int | None, tp: int,
+                         sweep_name: str) -> None:
+    """Raise ImportOptionError naming the option when the method description is invalid."""
+    if method not in METHODS:
+        raise ImportOptionError(f"--method {method!r}: unknown (known: {', '.join(METHODS)})")
+    if tp < 1:
+        raise ImportOptionError(f"--tp {tp}: must be >= 1")
+    if not sweep_name.strip():
+        raise ImportOptionError("--sweep-name is empty")
+    if method == "auto" and (num_speculative_tokens or tree_budget):
+        raise ImportOptionError("--method auto does not speculate: drop --num-speculative-tokens/--tree-budget")
+    if num_speculative_tokens is not None and num_speculative_tokens < 1:
+        raise ImportOptionError(f"--num-speculative-tokens {num_speculative_tokens}: must be >= 1")
+    if method == "ddtree" and not tree_budget:
+        raise ImportOptionError("--method ddtree needs --tree-budget B (>= 1)")
+    if tree_budget is not None and method != "ddtree":
+        raise ImportOptionError(f"--tree-budget is for --method ddtree only, not {method!r}")
+
+
+def import_result_file(path: str | Path, host: Host, sweep_name: str, method: str,
                        num_speculative_tokens: int | None = None, tree_budget: int | None = None, tp: int = 1,
-                       engine: str = "vllm", fmt: str = "auto") -> Sweep:
+                       engine: str | None = None, fmt: str = "auto") -> Sweep:
     """Store every run of the result file at `path` in a new sweep named `sweep_name`.
 
-    The file does not say which decoding method produced it, so the caller does (`method`,
-    `num_speculative_tokens`, `tree_budget`, `tp`, `engine`). Raises ResultFileError naming
-    the file, line and field; nothing is stored then."""
+    The file does not reliably say which decoding method produced it, so the caller does
+    (`method`, `num_speculative_tokens`, `tree_budget`, `tp`); `engine` defaults to the tool
+    that wrote the file (vllm for `vllm bench serve`, sglang for `sglang.bench_serving`). A
+    file that records speculative decoding (acceptance figures) cannot be imported as `auto`.
+    Raises ImportOptionError for contradictory options and ResultFileError naming the file,
+    line and field for a bad file; nothing is stored then."""
+    check_import_options(method, num_speculative_tokens, tree_budget, tp, sweep_name)
     imported: list[ImportedRun] = load_result_file(path, fmt=fmt)
+    for imp in imported:
+        if method == "auto" and imp.spec_decode and imp.spec_decode.get("acceptance_length"):
+            raise ImportOptionError(f"{imp.origin} records speculative decoding (acceptance length "
+                                    f"{imp.spec_decode['acceptance_length']}): pass its --method, not auto")
     now = timezone.now()
     with transaction.atomic():
         sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{path}",
@@ -39,7 +71,8 @@ def import_result_file(path: str | Path, host: Host, sweep_name: str, method: st
             w = imp.workload
             run = Run.objects.create(
                 sweep=sweep, host=host, point_key=f"import-{i}", spec={"imported": imp.origin, "workload": w},
-                engine=engine, engine_version=imp.source_version or "", model=w.get("model") or "",
+                engine=engine or ("sglang" if imp.source_tool.startswith("sglang") else "vllm"),
+                engine_version=imp.source_version or "", model=w.get("model") or "",
                 method=method, num_speculative_tokens=num_speculative_tokens, tree_budget=tree_budget, tp=tp,
                 concurrency=_num(w.get("concurrency"), 0), request_rate=w.get("request_rate"),
                 input_len=_num(w.get("input_len")), output_len=_num(w.get("output_len")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from django.conf import settings
@@ -14,11 +15,41 @@ from benchkit.specs import GpuRef, RunSpec
 from runs.models import Host, Run, Sweep
 from runs.services.inventory import latest_inventory
 
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class HostNameError(ValueError):
+    """A host name that cannot name a Celery queue and a URL (letters, digits, . _ -; <= 100)."""
+
+
+class BrokerUnavailable(RuntimeError):
+    """The Celery broker does not answer, so runs could not be queued; nothing was stored."""
+
 
 def get_or_create_host(name: str | None = None) -> Host:
-    """The Host row for `name` (default: settings.DRAFTBOARD_HOST), created on first use."""
-    host, _ = Host.objects.get_or_create(name=name or settings.DRAFTBOARD_HOST)
+    """The Host row for `name` (default: settings.DRAFTBOARD_HOST), created on first use.
+
+    Raises HostNameError for a name that is not 1-100 letters, digits, '.', '_' or '-'
+    (it becomes the queue `host.<name>` and a URL path segment)."""
+    name = name or settings.DRAFTBOARD_HOST
+    if not HOST_NAME_RE.match(name):
+        raise HostNameError(f"host name {name!r} (DRAFTBOARD_HOST or --host): use 1-100 letters, digits, "
+                            "'.', '_' or '-', starting with a letter or digit")
+    host, _ = Host.objects.get_or_create(name=name)
     return host
+
+
+def check_broker(timeout_s: float = 5.0) -> None:
+    """Raise BrokerUnavailable unless the Celery broker accepts a connection within `timeout_s`."""
+    from benchsite.celery import app
+
+    url = app.conf.broker_url
+    try:
+        with app.connection_for_write(url) as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=timeout_s)
+    except Exception as exc:  # kombu raises OperationalError, OSError, or its own errors
+        raise BrokerUnavailable(f"the Celery broker {url} does not answer ({exc}); start it (`make demo` starts a "
+                                "private Redis) or store the sweep without queueing it (--no-enqueue)") from None
 
 
 def _gpu_assigner(inventory: HostInventory | None, tps: list[int], pinned: dict[int, list[int]]):
@@ -26,7 +57,12 @@ def _gpu_assigner(inventory: HostInventory | None, tps: list[int], pinned: dict[
     pins them, else a topology-aware choice (benchkit.allocation). Returns None on a host
     without GPUs (CPU servers take no GPUs). Raises allocation.AllocationError when the host
     has too few GPUs or a pinned index does not exist."""
-    if inventory is None or not inventory.gpus:
+    if inventory is None:
+        return None
+    if not inventory.gpus:
+        if max(tps) > 1:
+            raise allocation.AllocationError(f"host {inventory.hostname} has no GPUs (its latest inventory), so TP "
+                                              f"{max(tps)} cannot run there; record the inventory of the GPU host")
         return None
     plan = allocation.plan_sweep_gpus(inventory, sorted(set(tps) - set(pinned)))
     groups = {tp: allocation.choose_gpus(inventory, tp, pinned=pinned[tp]) for tp in pinned}
@@ -64,12 +100,16 @@ def create_sweep(spec: sweepspec.SweepSpec, host: Host, source: str, enqueue: bo
 
     GPUs are planned from the host's latest hardware snapshot (every run of one TP degree
     gets the same GPUs). Raises sweepspec.SweepError when placeholders are left unresolved
-    and allocation.AllocationError when the host has too few GPUs; nothing is stored then.
+    and allocation.AllocationError when the host has too few GPUs (or none, for TP > 1), and
+    BrokerUnavailable when runs are to be queued but the broker does not answer; nothing is
+    stored then.
     """
     left = spec.placeholders()
     if left:
         raise sweepspec.SweepError(spec.source, None, "", "unresolved placeholders: "
                                    + ", ".join("{" + p + "}" for p in sorted(left)))
+    if enqueue:
+        check_broker()
     inventory = latest_inventory(host)
     runspecs = spec.expand(assign_gpus=_gpu_assigner(inventory, spec.grid["tp"], spec.pinned_gpus))
     is_demo = any(r.server.is_demo_model for r in runspecs)

@@ -1,9 +1,9 @@
 """`python manage.py record_inventory [--host NAME]`: snapshot this machine's hardware."""
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from runs.services.inventory import record_inventory
-from runs.services.sweeps import get_or_create_host
+from runs.services.sweeps import HostNameError, get_or_create_host
 
 
 class Command(BaseCommand):
@@ -13,10 +13,14 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=None, help="host name (default: DRAFTBOARD_HOST / hostname)")
 
     def handle(self, *args, **opts):
-        host = get_or_create_host(opts["host"])
+        try:
+            host = get_or_create_host(opts["host"])
+        except HostNameError as exc:
+            raise CommandError(str(exc)) from None
         snap = record_inventory(host)
         missing = snap.data.get("missing") or {}
-        self.stdout.write(f"host {host.name}: snapshot {snap.pk}, {snap.gpu_count} GPU(s) {snap.gpu_name}, "
-                          f"fingerprint {snap.fingerprint[:12]}{' (CHANGED)' if snap.changed else ''}")
+        gpus = f"{snap.gpu_count} GPU(s)" + (f" {snap.gpu_name}" if snap.gpu_name else "")
+        changed = " (CHANGED)" if snap.changed else ""
+        self.stdout.write(f"host {host.name}: snapshot {snap.pk}, {gpus}, fingerprint {snap.fingerprint[:12]}{changed}")
         for field, reason in sorted(missing.items()):
             self.stdout.write(f"  not available: {field}: {reason}")

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.allocation import AllocationError
 from benchkit.sweepspec import SweepError
-from runs.services.sweeps import create_sweep_from_file
+from runs.services.sweeps import BrokerUnavailable, HostNameError, create_sweep_from_file
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         try:
             sweep = create_sweep_from_file(opts["path"], host_name=opts["host"], substitutions=subs or None,
                                            enqueue=not opts["no_enqueue"])
-        except (SweepError, AllocationError, FileNotFoundError) as exc:
+        except (SweepError, AllocationError, HostNameError, BrokerUnavailable) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"sweep {sweep.pk} '{sweep.name}': {sweep.runs.count()} runs "
                           f"{'stored' if opts['no_enqueue'] else 'queued on host.' + sweep.host.name}")
