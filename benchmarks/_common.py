@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,3 +82,45 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     print("-+-".join("-" * w for w in widths))
     for row in cells[1:]:
         print(line(row))
+
+
+def run_vllm_bench_serve(base_url: str, model: str, tokenizer: Path, dataset: Path, workload, result_dir: Path,
+                         name: str, timeout_s: float, extra: Sequence[str] = ()) -> dict:
+    """One `vllm bench serve --save-result` run against `base_url` with the prompts of the custom
+    dataset file `dataset` (sent as written: no chat template, no shuffle) and the workload's
+    output length, prompt count, concurrency, warmups, ignore_eos and temperature 0; `extra`
+    is appended to its argv. Returns its result JSON (dict). Raises RuntimeError with the tail
+    of its output when it fails, times out after `timeout_s` s or writes no result."""
+    argv = vllm_cli_argv() + [
+        "bench", "serve",
+        "--backend", "openai",
+        "--base-url", base_url,
+        "--endpoint", "/v1/completions",
+        "--model", model,
+        "--tokenizer", str(tokenizer),
+        "--dataset-name", "custom",
+        "--dataset-path", str(dataset),
+        "--custom-output-len", str(workload.output_len),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--num-prompts", str(workload.num_prompts),
+        "--max-concurrency", str(workload.concurrency),
+        "--request-rate", "inf",
+        "--num-warmups", str(workload.n_warmup),
+        "--ignore-eos",
+        "--temperature", "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir", str(result_dir),
+        "--result-filename", f"{name}.json",
+        *extra,
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"vllm bench serve did not finish within {timeout_s:.0f} s") from exc
+    out = result_dir / f"{name}.json"
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"vllm bench serve exited {proc.returncode} (result file {out.exists()}):\n{tail}")
+    return json.loads(out.read_text())

@@ -37,7 +37,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
-from _common import fmt, pct, print_table, ratio, vllm_cli_argv  # noqa: E402
+from _common import fmt, pct, print_table, ratio, run_vllm_bench_serve  # noqa: E402
 
 from benchkit.demo_models import build_demo_models  # noqa: E402
 from benchkit.loadgen import run_load_sync  # noqa: E402
@@ -131,39 +130,8 @@ def run_vllm(
 ) -> dict:
     """One `vllm bench serve --save-result --save-detailed` run; same keys as `run_draftboard`.
     Raises RuntimeError with its output tail when it fails."""
-    argv = vllm_cli_argv() + [
-        "bench", "serve",
-        "--backend", "openai",
-        "--base-url", url,
-        "--endpoint", "/v1/completions",
-        "--model", MODEL,
-        "--tokenizer", str(tokenizer),
-        "--dataset-name", "custom",
-        "--dataset-path", str(dataset),
-        "--custom-output-len", str(workload.output_len),
-        "--skip-chat-template",
-        "--disable-shuffle",
-        "--num-prompts", str(workload.num_prompts),
-        "--max-concurrency", str(workload.concurrency),
-        "--request-rate", "inf",
-        "--num-warmups", str(workload.n_warmup),
-        "--ignore-eos",
-        "--temperature", "0",
-        "--disable-tqdm",
-        "--save-result",
-        "--save-detailed",
-        "--result-dir", str(out_dir),
-        "--result-filename", f"{name}.json",
-    ]  # fmt: skip
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError("vllm bench serve did not finish within 300 s") from exc
-    path = out_dir / f"{name}.json"
-    if proc.returncode != 0 or not path.exists():
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"vllm bench serve exited {proc.returncode}:\n{tail}")
-    res = json.loads(path.read_text())
+    res = run_vllm_bench_serve(url, MODEL, tokenizer, dataset, workload, out_dir, name, 300,
+                               extra=["--save-detailed"])
     errors = [x * 1000.0 - gap_ms for itls in res.get("itls", []) for x in itls]
     return {
         "tok_s": res["output_throughput"],

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import fmt, print_table, ratio, vllm_cli_argv  # noqa: E402
+from _common import fmt, print_table, ratio, run_vllm_bench_serve  # noqa: E402
 
 from benchkit.demo_models import build_demo_models  # noqa: E402
 from benchkit.engines import adapter_for  # noqa: E402
@@ -98,42 +97,11 @@ def run_vllm_bench(
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "seed": workload.seed,
     }
-    argv = vllm_cli_argv() + [
-        "bench", "serve",
-        "--backend", "openai",
-        "--base-url", base_url,
-        "--endpoint", "/v1/completions",
-        "--model", SERVED_NAME,
-        "--tokenizer", str(tokenizer_dir),
-        "--dataset-name", "custom",
-        "--dataset-path", str(dataset),
-        "--custom-output-len", str(workload.output_len),
-        "--skip-chat-template",
-        "--disable-shuffle",
-        "--num-prompts", str(workload.num_prompts),
-        "--max-concurrency", str(workload.concurrency),
-        "--request-rate", "inf",
-        "--num-warmups", str(workload.n_warmup),
-        "--ignore-eos",
-        "--temperature", "0",
-        "--extra-body", json.dumps(extra_body),
-        "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,99",
-        "--seed", str(workload.seed),
-        "--disable-tqdm",
-        "--save-result",
-        "--result-dir", str(result_dir),
-        "--result-filename", f"{name}.json",
-    ]  # fmt: skip
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"vllm bench serve did not finish within {timeout_s:.0f} s") from exc
-    out = result_dir / f"{name}.json"
-    if proc.returncode != 0 or not out.exists():
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"vllm bench serve exited {proc.returncode} (result file {out.exists()}):\n{tail}")
-    return json.loads(out.read_text())
+    return run_vllm_bench_serve(
+        base_url, SERVED_NAME, tokenizer_dir, dataset, workload, result_dir, name, timeout_s,
+        extra=["--extra-body", json.dumps(extra_body), "--percentile-metrics", "ttft,tpot,itl,e2el",
+               "--metric-percentiles", "50,99", "--seed", str(workload.seed)],
+    )
 
 
 def mean(xs: list[float | None]) -> float | None:

@@ -252,7 +252,7 @@ class RequestLogBlob(models.Model):
 class GpuLease(models.Model):
     """A GPU held by a run. Unique per (host, GPU UUID): two runs never hold one GPU at once.
 
-    A lease expires at `expires_at` (renewed while the run is alive), so a worker that dies
+    A lease expires at `expires_at` (past the run's own time limit), so a worker that dies
     leaves a reservation that frees itself; see services.leases.
     """
 

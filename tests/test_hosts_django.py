@@ -196,3 +196,18 @@ def test_audit_rows_are_read_only_in_admin(admin_client):
     resp = admin_client.post(reverse("admin:runs_runmetrics_change", args=[run.metrics.pk]), {"completed": 0})
     assert resp.status_code == 403
     assert Run.objects.get(pk=run.pk).metrics.completed == 4
+
+
+def test_enqueued_runs_carry_their_time_limit(monkeypatch, pcie8_host):
+    from runs.services.sweeps import enqueue_runs
+    from runs.tasks import execute_run_task
+
+    sent = []
+    monkeypatch.setattr(execute_run_task, "apply_async", lambda **kw: sent.append(kw))
+    sweep = create_sweep_from_file(SWEEPS / "users-grid-sglang.yaml", host_name=pcie8_host.name, enqueue=False)
+    ids = list(sweep.runs.order_by("id").values_list("id", flat=True)[:2])
+    enqueue_runs(ids, "host.ws-pcie8")
+    limits = Run.objects.get(pk=ids[0]).spec["limits"]
+    bound = limits["ready_timeout_s"] + limits["run_timeout_s"] + limits["stop_timeout_s"]
+    assert [(k["args"], k["queue"], k["soft_time_limit"], k["time_limit"]) for k in sent] == [
+        ([i], "host.ws-pcie8", bound, bound + 120) for i in ids]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runs.models import Host, Run, RunState
+from runs.models import Host, RunState
 from runs.services.transitions import IllegalTransition, transition
 
 
@@ -32,5 +32,3 @@ def clear_quarantine(hosts) -> int:
     return Host.objects.filter(pk__in=[h.pk for h in hosts], quarantined=True).update(
         quarantined=False, quarantine_reason="", quarantined_at=None)
 
-
-__all__ = ["invalidate_runs", "clear_quarantine", "Run"]

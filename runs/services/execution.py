@@ -10,6 +10,7 @@ import logging
 import time
 from pathlib import Path
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -46,10 +47,6 @@ class _DjangoHooks:
         self._last_progress = now
         Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
 
-    def renew(self) -> None:
-        """Extend this run's GPU leases (called periodically while the run is alive)."""
-        leases.renew(self.run)
-
 
 def execute(run_id: int) -> Run:
     """Execute queued run `run_id` to a terminal state and return it.
@@ -69,7 +66,7 @@ def execute(run_id: int) -> Run:
         return transition(run, RunState.FAILED, failure_reason="host_quarantined",
                           failure_message=f"host {host.name} is quarantined: {host.quarantine_reason}")
     spec = RunSpec.from_dict(run.spec)
-    leases.acquire(run, [g.uuid for g in spec.gpus], ttl_s=spec.limits.run_timeout_s)
+    leases.acquire(run, [g.uuid for g in spec.gpus], ttl_s=leases.total_limit_s(spec.limits))
     try:
         try:
             transition(run, RunState.PREFLIGHT, note="claimed by worker")
@@ -79,6 +76,9 @@ def execute(run_id: int) -> Run:
         hooks = _DjangoHooks(run)
         try:
             outcome = execute_run(spec, hooks, workdir)
+        except SoftTimeLimitExceeded:  # the task's bound (leases.total_limit_s); the server was stopped
+            outcome = RunOutcome(ok=False, reason="run_timeout",
+                                 message=f"the run exceeded {leases.total_limit_s(spec.limits):.0f} s")
         except Exception as exc:  # a bug in our own code: still end failed, never stuck
             log.exception("run %s crashed", run.pk)
             outcome = RunOutcome(ok=False, reason="internal_error", message=f"{type(exc).__name__}: {exc}")

@@ -1,8 +1,9 @@
 """GPU reservations in the database: two runs never hold the same GPU at once.
 
 A lease row is unique per (host, GPU UUID), so the database refuses a second holder even
-with several workers on one host. Leases carry an expiry that the holder renews while alive;
-a worker that crashes leaves leases that expire, and `acquire` deletes expired ones first.
+with several workers on one host. A lease expires GRACE_S seconds after the run's own time
+limit (the Celery task's soft time limit is that same bound, see `total_limit_s`), so a worker
+that crashes leaves leases that free themselves; `acquire` deletes expired ones first.
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ from django.utils import timezone
 
 from runs.models import GpuLease, Run
 
-#: How long a lease lives past its last renewal (seconds) beyond the run's own time limit.
+#: How long (seconds) a lease outlives the run's own time limit.
 GRACE_S = 300
+
+
+def total_limit_s(limits) -> float:
+    """Upper bound of one run's wall time (s): server readiness + the run + the stop
+    (benchkit.specs.Limits). The task's soft time limit and the GPU leases use it."""
+    return limits.ready_timeout_s + limits.run_timeout_s + limits.stop_timeout_s
 
 
 class GpusBusy(Exception):
@@ -40,11 +47,6 @@ def acquire(run: Run, gpu_uuids: list[str], ttl_s: float) -> None:
     except IntegrityError:
         held = GpuLease.objects.filter(host=run.host, gpu_uuid__in=gpu_uuids).values_list("gpu_uuid", "run_id")
         raise GpusBusy("GPUs held by other runs: " + ", ".join(f"{u} (run {r})" for u, r in held)) from None
-
-
-def renew(run: Run, ttl_s: float = 3600) -> None:
-    """Push the expiry of `run`'s leases to now + ttl_s + GRACE_S."""
-    GpuLease.objects.filter(run=run).update(expires_at=timezone.now() + timedelta(seconds=ttl_s + GRACE_S))
 
 
 def release(run: Run) -> None:

@@ -136,8 +136,12 @@ def create_sweep_from_file(path: str | Path, host_name: str | None = None,
 
 
 def enqueue_runs(run_ids: list[int], queue: str) -> None:
-    """Send one execute_run task per id to `queue` (call only after the rows are committed)."""
+    """Send one execute_run task per id to `queue` (call only after the rows are committed),
+    each with a soft time limit of its run's whole bound (leases.total_limit_s) and a hard one
+    two minutes later."""
+    from runs.services.leases import total_limit_s
     from runs.tasks import execute_run_task
 
-    for run_id in run_ids:
-        execute_run_task.apply_async(args=[run_id], queue=queue)
+    for run_id, spec in Run.objects.filter(pk__in=run_ids).order_by("id").values_list("id", "spec"):
+        limit = total_limit_s(RunSpec.from_dict(spec).limits)
+        execute_run_task.apply_async(args=[run_id], queue=queue, soft_time_limit=limit, time_limit=limit + 120)
