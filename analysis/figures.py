@@ -29,7 +29,8 @@ def _series_name(tp: int, concurrency: int) -> str:
 def speedup_figure(speedups: list[Speedup], points_by_run: dict[int, dict]) -> dict[str, Any]:
     """Grouped bars: speedup vs the matched `auto` baseline per method, one trace per
     (TP, concurrency). Configurations without a baseline are left out (no number shown).
-    Error bars show the 95 % bootstrap interval where there are >= 3 repeats."""
+    Error bars show the 95 % bootstrap interval where both sides have >= 3 repeats; other
+    bars have none and their hover text says "single run" or the repeat count."""
     traces: dict[tuple, dict[str, list]] = defaultdict(lambda: {"x": [], "y": [], "lo": [], "hi": [], "text": []})
     for sp in sorted(speedups, key=lambda s: (s.config[0] != "auto", s.label)):
         if sp.value is None:
@@ -38,14 +39,20 @@ def speedup_figure(speedups: list[Speedup], points_by_run: dict[int, dict]) -> d
         t = traces[(p["tp"], p["concurrency"])]
         t["x"].append(sp.label)
         t["y"].append(round(sp.value, 4))
-        lo, hi = sp.ci95 if sp.ci95 else (sp.value, sp.value)
-        t["lo"].append(sp.value - lo)
-        t["hi"].append(hi - sp.value)
-        t["text"].append(f"{sp.value:.2f}x vs run {', '.join(map(str, sp.baseline_run_ids))}")
+        if sp.ci95:
+            t["lo"].append(sp.value - sp.ci95[0])
+            t["hi"].append(sp.ci95[1] - sp.value)
+            spread = f"95% CI {sp.ci95[0]:.2f}-{sp.ci95[1]:.2f}, {sp.n_repeats} repeats"
+        else:
+            t["lo"].append(None)
+            t["hi"].append(None)
+            spread = "single run" if sp.n_repeats == 1 else f"{sp.n_repeats} repeats (median; CI needs 3)"
+        t["text"].append(f"{sp.value:.2f}x vs run {', '.join(map(str, sp.baseline_run_ids))} ({spread})")
     fig = go.Figure()
     for (tp, conc), t in sorted(traces.items()):
+        has_ci = any(v is not None for v in t["hi"])
         fig.add_bar(name=_series_name(tp, conc), x=t["x"], y=t["y"], hovertext=t["text"],
-                    error_y=dict(type="data", symmetric=False, array=t["hi"], arrayminus=t["lo"]))
+                    error_y=dict(type="data", symmetric=False, array=t["hi"], arrayminus=t["lo"], visible=has_ci))
     fig.update_layout(title="Speedup vs autoregressive (output tok/s ratio)", barmode="group",
                       yaxis_title="speedup (x)", xaxis_title="decoding method", **_LAYOUT)
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")

@@ -46,6 +46,9 @@ def test_repeats_use_medians_and_ci_needs_three():
     assert lo <= 2.0 <= hi and lo < hi
     two = [s for s in compute_speedups(pts[:2] + pts[3:5]) if s.label == "linear"][0]
     assert two.ci95 is None
+    (trace,) = figures.speedup_figure(compute_speedups(pts), {p["run_id"]: p for p in pts})["data"]
+    assert trace["x"] == ["auto", "linear"] and trace["error_y"]["visible"] is True
+    assert trace["error_y"]["arrayminus"][1] > 0 and "95% CI" in trace["hovertext"][1]
 
 
 def test_bootstrap_ci_of_identical_samples_is_a_point():
@@ -63,6 +66,7 @@ def test_figures_hold_the_numbers():
     fig = figures.speedup_figure(sps, {p["run_id"]: p for p in pts})
     (trace,) = fig["data"]
     assert trace["x"] == ["auto", "draft_model k=4"] and trace["y"] == [1.0, 2.5]
+    assert "single run" in trace["hovertext"][1] and trace["error_y"]["visible"] is False
     thr = figures.throughput_figure(pts)
     assert sorted(t["y"][0] for t in thr["data"]) == [100.0, 250.0]
     acc = figures.acceptance_figure(pts)
