@@ -1,17 +1,25 @@
-"""Execute ONE benchmark run end to end, Django-free, and return what happened.
+"""Execute benchmark runs end to end, Django-free, and return what happened.
 
-Order (issue 2, MEASUREMENT.md): preflight (model and drafter paths, device nodes and a real
-CUDA init in a child process, idle GPUs, free ports) -> start the server in its own process
-group (argv list) -> wait for readiness with a timeout -> warmup -> read the Prometheus
-counters -> measured window -> read the counters again -> stop the whole process group and
-check the GPUs are free -> compute metrics and validity. Every failure ends in a RunOutcome
-with `ok=False` and a machine-readable `reason`; nothing here raises for a benchmark failure
-and no server process is left behind.
+Order (issue 2, MEASUREMENT.md): preflight (model and drafter paths, a real CUDA init in a
+child process and the device nodes, idle GPUs, free ports) -> start the server in its own
+process group (argv list) -> wait for readiness with a timeout -> for each run: warmup ->
+read the Prometheus counters -> measured window -> read the counters again -> then stop the
+whole process group and check the GPUs are free -> compute metrics and validity per run.
+
+`execute_runs` takes several runs whose server configuration is identical (`server_key`):
+they differ only in workload (concurrency, lengths, request rate, repeat), so MEASUREMENT.md
+("Reusing a server between points") lets them share one server start; the prefix cache is
+reset between them and the counters are read afresh for each window. Each such run records
+`server_shared`. `execute_run` is the one-run case.
+
+Every failure ends in a RunOutcome with `ok=False` and a machine-readable `reason`; nothing
+here raises for a benchmark failure and no server process is left behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import sys
 import time
@@ -19,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from benchkit import engines, loadgen, metrics, preflight, promcounters, validity
+import httpx
+
+from benchkit import engines, loadgen, metrics, preflight, promcounters, validity, workloads
 from benchkit.logs import RequestLog
 from benchkit.server import ManagedServer, ServerStartError
 from benchkit.specs import RunSpec
@@ -74,6 +84,7 @@ class RunOutcome:
     violations: list[tuple[str, str]] = field(default_factory=list)
     teardown: dict[str, Any] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
+    server_shared: bool = False
 
 
 def free_port(start: int, span: int = 1, attempts: int = 200) -> int:
@@ -122,103 +133,170 @@ def _preflight(spec: RunSpec, adapter: engines.EngineAdapter, port: int) -> None
         preflight.check_port_free(p)
 
 
-def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | None = None) -> RunOutcome:
-    """Run `spec` to completion. Never raises for a benchmark failure; see RunOutcome.
+def server_key(spec: RunSpec) -> str:
+    """Everything a server is started with (server config, GPUs, port) as canonical JSON:
+    runs with equal keys may share one server start."""
+    return json.dumps({"server": dataclasses.asdict(spec.server), "gpus": [dataclasses.asdict(g) for g in spec.gpus],
+                       "port": spec.port}, sort_keys=True)
 
-    `workdir` receives the server log (`server.log`). Units: timings in seconds.
+
+def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | None = None) -> RunOutcome:
+    """Run `spec` to completion on a server of its own. Never raises for a benchmark
+    failure; see RunOutcome. `workdir` receives the server log (`server.log`)."""
+    return execute_runs([spec], [hooks or NullHooks()], workdir)[0]
+
+
+def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | None = None) -> list[RunOutcome]:
+    """Run every spec on ONE server start, in order, and return one outcome per spec.
+
+    All specs must have the same `server_key` (ValueError otherwise). The prefix cache is
+    reset before each run after the first (vLLM `/reset_prefix_cache`, SGLang
+    `/flush_cache`). If the server dies or cannot be reached during run i, run i fails with
+    `server_died` (or `metrics_unavailable`) and the runs after it fail with
+    `not_run_server_died`, never attempted. The teardown happens once, after the last run;
+    its report and the GPU check apply to every run. Units: timings in seconds.
     """
-    hooks = hooks or NullHooks()
+    if not specs or len(specs) != len(hooks):
+        raise ValueError("execute_runs needs one hooks object per spec, and at least one spec")
+    if len({server_key(s) for s in specs}) != 1:
+        raise ValueError("execute_runs: the specs differ in their server configuration; they cannot share a server")
     workdir = Path(workdir or Path.cwd() / "runs-workdir")
     workdir.mkdir(parents=True, exist_ok=True)
-    out = RunOutcome(ok=False)
-    s, w = spec.server, spec.workload
+    shared = len(specs) > 1
+    outs = [RunOutcome(ok=False, server_shared=shared) for _ in specs]
+    first, s = specs[0], specs[0].server
     t0 = time.monotonic()
     server: ManagedServer | None = None
-    hooks.state("preflight")
+    hooks[0].state("preflight")
     try:
         adapter = engines.adapter_for(s.engine)
         version = adapter.version(sys.executable)
-        out.engine_version = version.get("version") or ""
-        out.engine_commit = version.get("git_commit") or ""
         if s.engine == "external":
-            base_url = s.endpoint_url.rstrip("/")
+            base_url, argv, env = s.endpoint_url.rstrip("/"), [], {}
         else:
-            port = spec.port or free_port(8100)
-            _preflight(spec, adapter, port)
-            out.argv = adapter.build_argv(s, port, python=sys.executable, seed=w.seed)
-            out.env = adapter.env(spec.gpus, server=s)
+            port = first.port or free_port(8100)
+            _preflight(first, adapter, port)
+            argv = adapter.build_argv(s, port, python=sys.executable, seed=first.workload.seed)
+            env = adapter.env(first.gpus, server=s)
             base_url = f"http://127.0.0.1:{port}"
     except preflight.PreflightError as exc:
-        out.reason, out.message = exc.code, exc.message
-        return out
+        return _fail_all(outs, exc.code, exc.message)
     except (engines.EngineConfigError, RuntimeError, OSError) as exc:
-        out.reason, out.message = "config_error", str(exc)
-        return out
-    out.timings_s["preflight"] = time.monotonic() - t0
+        return _fail_all(outs, "config_error", str(exc))
+    for out in outs:
+        out.engine_version = version.get("version") or ""
+        out.engine_commit = version.get("git_commit") or ""
+        out.argv, out.env = argv, env
+        out.timings_s["preflight"] = time.monotonic() - t0
 
-    reached_window_end = False
+    counters: list[dict[str, Any]] = [{} for _ in specs]
+    done = 0  # runs whose window ended cleanly
     try:
-        hooks.state("starting")
+        hooks[0].state("starting")
         if s.engine != "external":
-            server = ManagedServer(out.argv, out.env, workdir / "server.log")
+            server = ManagedServer(argv, env, workdir / "server.log")
             server.start()
-            out.timings_s["ready"] = server.wait_ready(adapter.ready_urls(base_url), spec.limits.ready_timeout_s)
-        model_name = s.served_model_name or s.model
-        metrics_url = adapter.metrics_url(base_url)
+            ready_s = server.wait_ready(adapter.ready_urls(base_url), first.limits.ready_timeout_s)
+            outs[0].timings_s["ready"] = ready_s
+        for i, (spec, hook, out) in enumerate(zip(specs, hooks, outs, strict=True)):
+            if i > 0:
+                hook.state("preflight", note="shares the server of the run before it")
+                hook.state("starting", note="server already running")
+                _reset_prefix_cache(adapter, base_url)
+            _measure(spec, hook, out, counters[i], adapter, base_url, server)
+            if out.reason:
+                break
+            hook.state("stopping")
+            done += 1
+    except ServerStartError as exc:
+        outs[done].reason, outs[done].message = exc.code, exc.message
+    except promcounters.ScrapeError as exc:
+        outs[done].reason, outs[done].message = "metrics_unavailable", str(exc)
+        if server is not None and not server.alive():
+            outs[done].reason = "server_died"
+            outs[done].message = f"the server exited during the run (exit code {server.returncode}); {exc}"
+    finally:
+        # always, also after a bug of ours: the server's process group goes
+        teardown, log_tail = _stop(server, first)
+        for out in outs:
+            out.teardown, out.server_log_tail = dict(teardown), log_tail
+    for out in outs[done + 1:]:
+        if not out.reason:
+            out.reason = "not_run_server_died"
+            out.message = f"not run: an earlier run on the shared server failed ({outs[done].reason})"
+    for i in range(done):
+        _finish(specs[i], outs[i], counters[i])
+    return outs
 
-        hooks.state("warming")
-        counters: dict[str, Any] = {}
 
-        def on_window_start() -> None:
-            counters["before"] = promcounters.scrape(metrics_url)
-            hooks.state("measuring")
+def _fail_all(outs: list[RunOutcome], reason: str, message: str) -> list[RunOutcome]:
+    for out in outs:
+        out.reason, out.message = reason, message
+    return outs
 
+
+def _reset_prefix_cache(adapter: engines.EngineAdapter, base_url: str) -> None:
+    """Clear the server's prefix cache so the next point does not reuse the last one's prompts.
+
+    Raises ScrapeError when the server refuses (a run must not silently reuse a warm cache)."""
+    url = adapter.reset_cache_url(base_url)
+    if url is None:
+        return
+    try:
+        response = httpx.post(url, timeout=30)
+    except httpx.HTTPError as exc:
+        raise promcounters.ScrapeError(f"cannot reset the prefix cache at {url}: {exc}") from exc
+    if response.status_code // 100 != 2:
+        raise promcounters.ScrapeError(
+            f"{url} answered HTTP {response.status_code} (vLLM needs VLLM_SERVER_DEV_MODE=1)")
+
+
+def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, counters: dict[str, Any],
+             adapter: engines.EngineAdapter, base_url: str, server: ManagedServer | None) -> None:
+    """Warmup, counters, measured window, counters: fills `out.logs` and the window, or sets
+    `out.reason` when the server died during it."""
+    s, w = spec.server, spec.workload
+    metrics_url = adapter.metrics_url(base_url)
+    hooks.state("warming")
+
+    def on_window_start() -> None:
+        counters["before"] = promcounters.scrape(metrics_url)
+        hooks.state("measuring")
+
+    try:
         result = loadgen.run_load_sync(
-            base_url, model_name, w,
+            base_url, s.served_model_name or s.model, w,
             request_timeout_s=spec.limits.request_timeout_s,
             progress=hooks.progress,
             on_window_start=on_window_start,
         )
-        counters["after"] = promcounters.scrape(metrics_url)
-        out.logs = result.logs
-        out.window_start_ns, out.window_end_ns = result.window_start_ns, result.window_end_ns
-        if server is not None and not server.alive():
-            out.reason = "server_died"
-            out.message = f"the server exited during the run (exit code {server.returncode})"
-            return out
-        reached_window_end = True
-    except ServerStartError as exc:
-        out.reason, out.message = exc.code, exc.message
-        return out
-    except promcounters.ScrapeError as exc:
-        out.reason, out.message = "metrics_unavailable", str(exc)
-        if server is not None and not server.alive():
-            out.reason = "server_died"
-            out.message = f"the server exited during the run (exit code {server.returncode}); {exc}"
-        return out
-    finally:
-        if not reached_window_end and server is not None:
-            # any failure, including a bug of ours: the server's process group goes, always
-            _stop(server, spec, out)
-    hooks.state("stopping")
-    if server is not None:
-        _stop(server, spec, out)
-    return _finish(spec, out, counters)
-
-
-def _stop(server: ManagedServer, spec: RunSpec, out: RunOutcome) -> None:
-    if out.teardown:
+    except (httpx.HTTPError, workloads.WorkloadError) as exc:  # building prompts needs the server's tokenizer
+        dead = server is not None and not server.alive()
+        out.reason = "server_died" if dead else "workload_error"
+        out.message = f"could not build the prompts against {base_url}: {type(exc).__name__}: {exc}"
         return
-    report = server.stop(spec.limits.stop_timeout_s)
-    out.teardown = dataclasses.asdict(report)
-    out.server_log_tail = server.log_tail(200)
+    out.logs = result.logs
+    out.window_start_ns, out.window_end_ns = result.window_start_ns, result.window_end_ns
+    if server is not None and not server.alive():
+        out.reason = "server_died"
+        out.message = f"the server exited during the run (exit code {server.returncode})"
+        return
+    counters["after"] = promcounters.scrape(metrics_url)
+
+
+def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], str]:
+    """Stop the server's process group and check the GPUs; (teardown dict, log tail)."""
+    if server is None:
+        return {}, ""
+    teardown = dataclasses.asdict(server.stop(spec.limits.stop_timeout_s))
     uuids = [g.uuid for g in spec.gpus]
     if uuids:
         try:
             preflight.gpus_back_to_baseline(uuids)
         except preflight.PreflightError as exc:
-            out.teardown["gpus_freed"] = False
-            out.teardown["gpus_message"] = exc.message
+            teardown["gpus_freed"] = False
+            teardown["gpus_message"] = exc.message
+    return teardown, server.log_tail(200)
 
 
 def _finish(spec: RunSpec, out: RunOutcome, counters: dict[str, Any]) -> RunOutcome:

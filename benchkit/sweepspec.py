@@ -55,6 +55,7 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 GRID_AXES = ("concurrency", "output_len", "input_len")
 _TOP_KEYS = {
     "gpus",
+    "share_server",
     "name",
     "description",
     "engine",
@@ -226,6 +227,9 @@ class SweepSpec:
     #: GPUs pinned per TP degree (NVML indices), from the file's `gpus:`; others are planned
     #: from the host topology (benchkit.allocation.plan_sweep_gpus).
     pinned_gpus: dict[int, list[int]] = field(default_factory=dict)
+    #: Runs that differ only in workload share one server start (MEASUREMENT.md, "Reusing a
+    #: server between points"); false gives every run a server of its own.
+    share_server: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     source: str = "<dict>"
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -715,6 +719,9 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
             slo[key] = float(val)
 
     repeats = _int(ctx, data["repeats"], data, "repeats", "repeats") if "repeats" in data else 1
+    share_server = data.get("share_server", True)
+    if not isinstance(share_server, bool):
+        raise ctx.fail(data, "share_server", "share_server", f"expected true/false, got {share_server!r}")
     pinned: dict[int, list[int]] = {}
     if "gpus" in data:
         gd = data["gpus"]
@@ -748,6 +755,7 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         slo=slo,
         repeats=repeats,
         pinned_gpus=pinned,
+        share_server=share_server,
         extra=_plain(extra),
         source=source,
         raw=_plain(data),

@@ -12,14 +12,15 @@ GPU_BUSY_RETRY_S = 60
 GPU_BUSY_MAX_RETRIES = 120
 
 
-@shared_task(bind=True, name="runs.execute_run", acks_late=True, max_retries=GPU_BUSY_MAX_RETRIES)
-def execute_run_task(self, run_id: int) -> str:
-    """Execute run `run_id` on this host's worker; returns the final state."""
+@shared_task(bind=True, name="runs.execute_runs", acks_late=True, max_retries=GPU_BUSY_MAX_RETRIES)
+def execute_runs_task(self, run_ids: list[int]) -> list[str]:
+    """Execute runs `run_ids` (one server start, see execution.execute_group) on this host's
+    worker; returns their final states."""
     try:
-        return execution.execute(run_id).state
+        return [r.state for r in execution.execute_group(run_ids)]
     except leases.GpusBusy as exc:
         if self.request.retries >= GPU_BUSY_MAX_RETRIES:
-            return execution.fail_queued(run_id, "gpu_busy", str(exc)).state
+            return [execution.fail_queued(i, "gpu_busy", str(exc)).state for i in run_ids]
         raise self.retry(countdown=GPU_BUSY_RETRY_S) from None
 
 

@@ -9,9 +9,10 @@ import psutil
 from benchkit import sweepspec
 
 
-def tiny_sweep(demo_models, name: str, methods: list, concurrency: int = 2, output_len: int = 32,
+def tiny_sweep(demo_models, name: str, methods: list, concurrency: int | list[int] = 2, output_len: int = 32,
                num_prompts: int = 8):
-    """A small sweep on the demo models (vLLM CPU, random weights), parsed by benchkit.sweepspec."""
+    """A small sweep on the demo models (vLLM CPU, dummy weights), parsed by benchkit.sweepspec.
+    Runs that differ only in concurrency share one server start."""
     return sweepspec.parse_sweep({
         "name": name,
         "engine": "vllm",
@@ -21,7 +22,9 @@ def tiny_sweep(demo_models, name: str, methods: list, concurrency: int = 2, outp
                    "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
                    # on the CPU build this fraction of the NUMA node's RAM is reserved (default 0.92)
                    "extra_args": ["--gpu-memory-utilization", "0.2"]},
-        "grid": {"tp": [1], "methods": methods, "concurrency": [concurrency], "output_len": [output_len],
+        "grid": {"tp": [1], "methods": methods,
+                 "concurrency": concurrency if isinstance(concurrency, list) else [concurrency],
+                 "output_len": [output_len],
                  "input_len": [32]},
         "workload": {"num_prompts": num_prompts, "ignore_eos": True, "seed": 0},
         "limits": {"ready_timeout_s": 600, "request_timeout_s": 120, "stop_timeout_s": 30},

@@ -6,7 +6,10 @@ shapes (`vllm/entrypoints/openai/completion/serving.py`): one chunk per message,
 `usage` on every chunk when the client asks for `continuous_usage_stats`, a final usage-only
 chunk (`choices: []`) when it asks for `include_usage`, then `data: [DONE]`. It also answers
 `POST /tokenize`, `POST /detokenize` (one token per character; token id = code point; BOS id 1
-when `bos`), `GET /health` and `GET /v1/models`.
+when `bos`), `GET /health`, `GET /v1/models`, `POST /reset_prefix_cache` and `GET /metrics`.
+With `spec_k` > 0, `/metrics` carries vLLM's spec-decode counters as a speculating server
+would count them: every message after a request's first is one draft step of `spec_k` draft
+tokens of which (tokens in the message - 1) were accepted.
 
 What a test sets (`SyntheticConfig`): TTFT, the gap between messages and tokens per message
 (message j of a request is sent at receipt + ttft_ms + j * gap_ms, on an absolute schedule),
@@ -62,6 +65,7 @@ class SyntheticConfig:
     tokenizer: str = "char"
     bos: bool = False
     model: str = "synthetic"
+    spec_k: int = 0
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.failures.items() if v not in FAILURE_MODES}
@@ -85,6 +89,8 @@ class SyntheticServer:
     def __init__(self, config: SyntheticConfig | None = None):
         self.config = config or SyntheticConfig()
         self.requests: list[tuple[str, dict]] = []
+        self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.prefix_cache_resets = 0
         self.base_url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -106,6 +112,8 @@ class SyntheticServer:
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         if self.config.tokenizer == "char":
             app.router.add_post("/tokenize", self._tokenize)
             app.router.add_post("/detokenize", self._detokenize)
@@ -117,6 +125,20 @@ class SyntheticServer:
         site = web.SockSite(self._runner, sock)
         await site.start()
         self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        c = self.spec_counters
+        lines = []
+        if self.config.spec_k:
+            for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
+                              ("num_accepted_tokens", "accepted")):
+                lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                          f'vllm:spec_decode_{name}_total{{engine="0",model_name="{self.config.model}"}} {c[key]}.0']
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        self.prefix_cache_resets += 1
+        return web.Response(text="")
 
     def stop(self) -> None:
         """Stop the server and its thread (hanging handlers are cancelled)."""
@@ -233,6 +255,10 @@ class SyntheticServer:
             sent += k
             finish = ("stop" if mode == "early_eos" else "length") if sent == n_out else None
             await resp.write(_sse(chunk(text, reasoning, sent, finish)))
+            if cfg.spec_k and j > 0:
+                self.spec_counters["drafts"] += 1
+                self.spec_counters["draft_tokens"] += cfg.spec_k
+                self.spec_counters["accepted"] += k - 1
             j += 1
             if mode == "stream_error":
                 await resp.write(_sse({"error": {"message": "synthetic in-stream error", "code": 500}}))

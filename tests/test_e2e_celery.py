@@ -1,5 +1,7 @@
-"""Issue 2 integration: a two-run sweep through a real Celery worker (subprocess), a real Redis
-and a real vLLM CPU server, then the stored runs, metrics and spec-decode counters."""
+"""Issue 2 integration: a sweep through a real Celery worker (subprocess), a real Redis and a
+real vLLM CPU server, then the stored runs, metrics and spec-decode counters. Two server
+configurations (auto, draft_model k=3) at concurrency 1 and 2: four runs, two server starts
+(runs differing only in concurrency share one)."""
 
 from __future__ import annotations
 
@@ -58,10 +60,11 @@ def test_two_run_sweep_through_celery(worker, demo_models):
     host_name, worker_log = worker
     host = get_or_create_host(host_name)
     record_inventory(host)
-    spec = tiny_sweep(demo_models, "ci two-run", ["auto", {"method": "draft_model", "num_speculative_tokens": 3}])
+    spec = tiny_sweep(demo_models, "ci shared", ["auto", {"method": "draft_model", "num_speculative_tokens": 3}],
+                      concurrency=[1, 2])
     sweep = create_sweep(spec, host, source="test", enqueue=True)
     runs = list(Run.objects.filter(sweep=sweep))
-    assert len(runs) == 2
+    assert len(runs) == 4
 
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
@@ -69,11 +72,20 @@ def test_two_run_sweep_through_celery(worker, demo_models):
         if states <= {RunState.SUCCEEDED, RunState.FAILED}:
             break
         time.sleep(2)
-    runs = {r.method: r for r in Run.objects.filter(sweep=sweep).select_related("metrics")}
-    for r in runs.values():
+    all_runs = list(Run.objects.filter(sweep=sweep).select_related("metrics").order_by("id"))
+    for r in all_runs:
         assert r.state == RunState.SUCCEEDED, (r.failure_reason, r.failure_message, worker_log.read_text()[-3000:])
         assert list(RunTransition.objects.filter(run=r).values_list("to_state", flat=True)) == [
             "preflight", "starting", "warming", "measuring", "stopping", "succeeded"]
+        assert r.server_shared
+    # the concurrency-2 run of each configuration reused the server of the concurrency-1 run
+    for first, second in (all_runs[0:2], all_runs[2:4]):
+        assert (first.method, first.concurrency, second.method, second.concurrency) == (
+            first.method, 1, first.method, 2)
+        assert first.argv == second.argv
+        assert RunTransition.objects.get(run=second, to_state="starting").note == "server already running"
+    runs = {r.method: r for r in all_runs if r.concurrency == 2}
+    for r in runs.values():
         m = r.metrics
         assert (m.completed, m.failed) == (8, 0)
         assert m.data["total_output_tokens"] == 8 * 32  # ignore_eos: every request ran its full length
@@ -88,6 +100,10 @@ def test_two_run_sweep_through_celery(worker, demo_models):
     assert sd["num_drafts"] > 0 and sd["num_draft_tokens"] == 3 * sd["num_drafts"]
     assert spec_run.metrics.acceptance_length == pytest.approx(1 + sd["num_accepted_tokens"] / sd["num_drafts"])
     assert spec_run.metrics.acceptance_rate == pytest.approx(sd["num_accepted_tokens"] / sd["num_draft_tokens"])
+    # counters are deltas over this run's own window, not the shared server's lifetime: the
+    # window's decode tokens (all but each request's first) per draft step come out at tau
+    decode_tokens = spec_run.metrics.data["total_output_tokens"] - 8
+    assert decode_tokens / sd["num_drafts"] == pytest.approx(spec_run.metrics.acceptance_length, rel=0.15)
     # the client's tokens per streamed decode chunk agrees with the server's tau (MEASUREMENT.md
     # cross-check; each request's first chunk is the prefill token and is left out)
     logs = [r for r in decode_logs(bytes(spec_run.request_logs.data)) if not r.warmup]

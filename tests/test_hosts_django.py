@@ -104,10 +104,10 @@ def test_run_on_held_gpus_waits_then_fails_gpu_busy():
     waiting.refresh_from_db()
     assert waiting.state == RunState.QUEUED  # the task retries later
     # every retry used up: the task fails the run with the reason
-    from runs.tasks import GPU_BUSY_MAX_RETRIES, execute_run_task
+    from runs.tasks import GPU_BUSY_MAX_RETRIES, execute_runs_task
 
-    result = execute_run_task.apply(args=[waiting.pk], retries=GPU_BUSY_MAX_RETRIES)
-    assert result.get() == RunState.FAILED
+    result = execute_runs_task.apply(args=[[waiting.pk]], retries=GPU_BUSY_MAX_RETRIES)
+    assert result.get() == [RunState.FAILED]
     waiting.refresh_from_db()
     assert waiting.failure_reason == "gpu_busy" and "GPU-held" in waiting.failure_message
 
@@ -198,16 +198,24 @@ def test_audit_rows_are_read_only_in_admin(admin_client):
     assert Run.objects.get(pk=run.pk).metrics.completed == 4
 
 
-def test_enqueued_runs_carry_their_time_limit(monkeypatch, pcie8_host):
+def test_runs_differing_only_in_workload_share_a_server_task(monkeypatch, pcie8_host):
     from runs.services.sweeps import enqueue_runs
-    from runs.tasks import execute_run_task
+    from runs.tasks import execute_runs_task
 
     sent = []
-    monkeypatch.setattr(execute_run_task, "apply_async", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(execute_runs_task, "apply_async", lambda **kw: sent.append(kw))
     sweep = create_sweep_from_file(SWEEPS / "users-grid-sglang.yaml", host_name=pcie8_host.name, enqueue=False)
-    ids = list(sweep.runs.order_by("id").values_list("id", flat=True)[:2])
-    enqueue_runs(ids, "host.ws-pcie8")
-    limits = Run.objects.get(pk=ids[0]).spec["limits"]
-    bound = limits["ready_timeout_s"] + limits["run_timeout_s"] + limits["stop_timeout_s"]
-    assert [(k["args"], k["queue"], k["soft_time_limit"], k["time_limit"]) for k in sent] == [
-        ([i], "host.ws-pcie8", bound, bound + 120) for i in ids]
+    runs = list(sweep.runs.order_by("id"))
+    enqueue_runs([r.pk for r in runs], "host.ws-pcie8")
+    # 18 server configurations (TP 1/4/8 x 6 methods), each measured at concurrency 1 and 8
+    assert len(sent) == 18 and all(len(k["args"][0]) == 2 for k in sent)
+    for k in sent:
+        a, b = (Run.objects.get(pk=i) for i in k["args"][0])
+        assert (a.method, a.tree_budget, a.tp) == (b.method, b.tree_budget, b.tp)
+        assert (a.concurrency, b.concurrency) == (1, 8)
+        bound = sum(r.spec["limits"]["ready_timeout_s"] + r.spec["limits"]["run_timeout_s"]
+                    + r.spec["limits"]["stop_timeout_s"] for r in (a, b))
+        assert (k["queue"], k["soft_time_limit"], k["time_limit"]) == ("host.ws-pcie8", bound, bound + 120)
+    sent.clear()
+    enqueue_runs([r.pk for r in runs], "host.ws-pcie8", share_server=False)
+    assert len(sent) == 36

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from benchkit.runner import RunOutcome, execute_run
+from benchkit.runner import RunOutcome, execute_runs
 from benchkit.specs import RunSpec
 from runs.models import Host, RequestLogBlob, Run, RunMetrics, RunState
 from runs.services import leases
@@ -49,43 +49,63 @@ class _DjangoHooks:
 
 
 def execute(run_id: int) -> Run:
-    """Execute queued run `run_id` to a terminal state and return it.
+    """Execute queued run `run_id` on a server of its own; see execute_group."""
+    return execute_group([run_id])[0]
 
-    Leases the run's GPUs first: raises leases.GpusBusy (the run stays queued; the task
-    retries later) when another run holds one. Then claims the run atomically (queued ->
-    preflight); if another worker already claimed it, or it is not queued, returns it
-    untouched. A quarantined host fails the run with `host_quarantined`. Never raises for a
-    benchmark failure: those end as state `failed` with `failure_reason`.
+
+def execute_group(run_ids: list[int]) -> list[Run]:
+    """Execute queued runs that share one server start (same benchkit.runner.server_key, same
+    host), in the given order, and return them in their final states.
+
+    Leases the GPUs first: raises leases.GpusBusy (the runs stay queued; the task retries
+    later) when another run holds one. Then claims each run atomically (queued -> preflight);
+    runs another worker already claimed, or that are not queued, are left untouched. A
+    quarantined host fails the runs with `host_quarantined`. Never raises for a benchmark
+    failure: those end as state `failed` with `failure_reason`.
     """
-    run = Run.objects.select_related("host").get(pk=run_id)
-    if run.state != RunState.QUEUED:
-        log.info("run %s is %s, not queued: nothing to do", run.pk, run.state)
-        return run
-    host: Host = run.host
+    runs = list(Run.objects.select_related("host").filter(pk__in=run_ids))
+    runs.sort(key=lambda r: run_ids.index(r.pk))
+    todo = [r for r in runs if r.state == RunState.QUEUED]
+    if not todo:
+        log.info("runs %s are not queued: nothing to do", run_ids)
+        return runs
+    host: Host = todo[0].host
     if host.quarantined:
-        return transition(run, RunState.FAILED, failure_reason="host_quarantined",
-                          failure_message=f"host {host.name} is quarantined: {host.quarantine_reason}")
-    spec = RunSpec.from_dict(run.spec)
-    leases.acquire(run, [g.uuid for g in spec.gpus], ttl_s=leases.total_limit_s(spec.limits))
+        return [transition(r, RunState.FAILED, failure_reason="host_quarantined",
+                           failure_message=f"host {host.name} is quarantined: {host.quarantine_reason}") for r in todo]
+    specs = [RunSpec.from_dict(r.spec) for r in todo]
+    ttl = sum(leases.total_limit_s(sp.limits) for sp in specs)
+    holder = todo[0]
+    leases.acquire(holder, [g.uuid for g in specs[0].gpus], ttl_s=ttl)
     try:
+        claimed = []
+        for run, spec in zip(todo, specs, strict=True):
+            try:
+                note = "claimed by worker" + (" (shares one server start)" if len(todo) > 1 else "")
+                transition(run, RunState.PREFLIGHT, note=note)
+                claimed.append((run, spec))
+            except IllegalTransition:
+                continue
+        if not claimed:
+            return [Run.objects.get(pk=r.pk) for r in runs]
+        workdir = Path(settings.DRAFTBOARD_RUNS_DIR) / f"run-{claimed[0][0].pk}"
+        hooks = [_DjangoHooks(run) for run, _ in claimed]
         try:
-            transition(run, RunState.PREFLIGHT, note="claimed by worker")
-        except IllegalTransition:
-            return Run.objects.get(pk=run_id)
-        workdir = Path(settings.DRAFTBOARD_RUNS_DIR) / f"run-{run.pk}"
-        hooks = _DjangoHooks(run)
-        try:
-            outcome = execute_run(spec, hooks, workdir)
+            outcomes = execute_runs([sp for _, sp in claimed], hooks, workdir)
         except SoftTimeLimitExceeded:  # the task's bound (leases.total_limit_s); the server was stopped
-            outcome = RunOutcome(ok=False, reason="run_timeout",
-                                 message=f"the run exceeded {leases.total_limit_s(spec.limits):.0f} s")
+            outcomes = [RunOutcome(ok=False, reason="run_timeout", message=f"the runs exceeded {ttl:.0f} s")
+                        for _ in claimed]
         except Exception as exc:  # a bug in our own code: still end failed, never stuck
-            log.exception("run %s crashed", run.pk)
-            outcome = RunOutcome(ok=False, reason="internal_error", message=f"{type(exc).__name__}: {exc}")
-        run.refresh_from_db()
-        return store_outcome(run, outcome)
+            log.exception("runs %s crashed", [r.pk for r, _ in claimed])
+            outcomes = [RunOutcome(ok=False, reason="internal_error", message=f"{type(exc).__name__}: {exc}")
+                        for _ in claimed]
+        finished = {}
+        for (run, _), outcome in zip(claimed, outcomes, strict=True):
+            run.refresh_from_db()
+            finished[run.pk] = store_outcome(run, outcome)
+        return [finished.get(r.pk) or Run.objects.get(pk=r.pk) for r in runs]
     finally:
-        leases.release(run)
+        leases.release(holder)
 
 
 def fail_queued(run_id: int, reason: str, message: str) -> Run:
@@ -104,6 +124,7 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     processes behind, the host is quarantined.
     """
     common = dict(
+        server_shared=outcome.server_shared,
         argv=outcome.argv,
         server_env=outcome.env,
         server_log_tail=outcome.server_log_tail[-20000:],

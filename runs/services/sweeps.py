@@ -11,6 +11,7 @@ from django.db import transaction
 
 from benchkit import allocation, sweepspec
 from benchkit.inventory import HostInventory
+from benchkit.runner import server_key
 from benchkit.specs import GpuRef, RunSpec
 from runs.models import Host, Run, Sweep
 from runs.services.inventory import latest_inventory
@@ -122,7 +123,7 @@ def create_sweep(spec: sweepspec.SweepSpec, host: Host, source: str, enqueue: bo
         ])
         if enqueue:
             ids = [r.pk for r in Run.objects.filter(sweep=sweep).order_by("id")]
-            transaction.on_commit(lambda: enqueue_runs(ids, host.queue))
+            transaction.on_commit(lambda: enqueue_runs(ids, host.queue, spec.share_server))
     assert len(runs) == len(runspecs)
     return sweep
 
@@ -135,13 +136,31 @@ def create_sweep_from_file(path: str | Path, host_name: str | None = None,
     return create_sweep(spec, get_or_create_host(host_name), source=str(path), enqueue=enqueue)
 
 
-def enqueue_runs(run_ids: list[int], queue: str) -> None:
-    """Send one execute_run task per id to `queue` (call only after the rows are committed),
-    each with a soft time limit of its run's whole bound (leases.total_limit_s) and a hard one
-    two minutes later."""
-    from runs.services.leases import total_limit_s
-    from runs.tasks import execute_run_task
+def server_groups(runs: list[Run], share_server: bool = True) -> list[list[int]]:
+    """Run ids grouped for execution: consecutive runs (in id order, which is the sweep's
+    expansion order) with the same benchkit.runner.server_key share one server start when
+    `share_server`; otherwise every run is its own group."""
+    groups: list[list[int]] = []
+    last_key = None
+    for run in sorted(runs, key=lambda r: r.pk):
+        key = server_key(RunSpec.from_dict(run.spec))
+        if share_server and groups and key == last_key:
+            groups[-1].append(run.pk)
+        else:
+            groups.append([run.pk])
+        last_key = key
+    return groups
 
-    for run_id, spec in Run.objects.filter(pk__in=run_ids).order_by("id").values_list("id", "spec"):
-        limit = total_limit_s(RunSpec.from_dict(spec).limits)
-        execute_run_task.apply_async(args=[run_id], queue=queue, soft_time_limit=limit, time_limit=limit + 120)
+
+def enqueue_runs(run_ids: list[int], queue: str, share_server: bool = True) -> None:
+    """Send the runs to `queue` as execute_runs tasks, one per server group (call only after
+    the rows are committed). Each task has a soft time limit of its runs' summed bound
+    (leases.total_limit_s) and a hard one two minutes later."""
+    from runs.services.leases import total_limit_s
+    from runs.tasks import execute_runs_task
+
+    runs = list(Run.objects.filter(pk__in=run_ids))
+    by_id = {r.pk: r for r in runs}
+    for group in server_groups(runs, share_server):
+        limit = sum(total_limit_s(RunSpec.from_dict(by_id[i].spec).limits) for i in group)
+        execute_runs_task.apply_async(args=[group], queue=queue, soft_time_limit=limit, time_limit=limit + 120)

@@ -22,5 +22,5 @@ class Command(BaseCommand):
             check_broker()
         except BrokerUnavailable as exc:
             raise CommandError(str(exc)) from None
-        enqueue_runs(ids, sweep.host.queue)
+        enqueue_runs(ids, sweep.host.queue, share_server=sweep.spec.get("share_server", True))
         self.stdout.write(f"sent {len(ids)} queued run(s) of sweep {sweep.pk} to {sweep.host.queue}")

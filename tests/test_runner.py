@@ -1,0 +1,57 @@
+"""benchkit.runner against a synthetic server with known timings and counters (ground truth):
+runs that share one server each get their own window and their own counter deltas."""
+
+import pytest
+
+from benchkit.runner import NullHooks, execute_runs, server_key
+from benchkit.specs import Limits, RunSpec, ServerConfig, WorkloadSpec
+from tests.synthetic_server import SyntheticConfig, SyntheticServer
+
+
+class Recorder(NullHooks):
+    def __init__(self):
+        self.states = []
+
+    def state(self, name, note=""):
+        self.states.append(name)
+
+
+def spec(url, concurrency, num_prompts=4):
+    return RunSpec(server=ServerConfig(engine="external", endpoint_url=url, served_model_name="synthetic",
+                                       method="draft_model", num_speculative_tokens=3),
+                   workload=WorkloadSpec(input_len=8, output_len=16, num_prompts=num_prompts, concurrency=concurrency),
+                   limits=Limits(request_timeout_s=30))
+
+
+def test_shared_server_runs_get_their_own_windows_and_counters(tmp_path):
+    # 16 output tokens per request: 1 token first (prefill), then messages of 4, 4, 4, 3 tokens,
+    # i.e. 4 draft steps per request with 3 + 3 + 3 + 2 = 11 accepted tokens
+    cfg = SyntheticConfig(ttft_ms=5, gap_ms=4, tokens_per_message=4, first_message_tokens=1, spec_k=3)
+    with SyntheticServer(cfg) as url:
+        specs = [spec(url, 1), spec(url, 2, num_prompts=6)]
+        hooks = [Recorder(), Recorder()]
+        outs = execute_runs(specs, hooks, tmp_path)
+    for out, n in zip(outs, (4, 6), strict=True):
+        assert out.ok, (out.reason, out.message)
+        assert out.server_shared
+        assert out.metrics_flat["completed"] == n and out.metrics_flat["total_output_tokens"] == 16 * n
+        sd = out.spec_decode
+        assert (sd["num_drafts"], sd["num_draft_tokens"], sd["num_accepted_tokens"]) == (4 * n, 12 * n, 11 * n)
+        assert sd["acceptance_length"] == pytest.approx(1 + 11 / 4)
+    assert hooks[0].states == ["preflight", "starting", "warming", "measuring", "stopping"]
+    assert hooks[1].states == ["preflight", "starting", "warming", "measuring", "stopping"]
+
+
+def test_runs_with_different_servers_cannot_share(tmp_path):
+    a, b = spec("http://127.0.0.1:1", 1), spec("http://127.0.0.1:2", 1)
+    assert server_key(a) != server_key(b)
+    with pytest.raises(ValueError, match="cannot share"):
+        execute_runs([a, b], [NullHooks(), NullHooks()], tmp_path)
+
+
+def test_unreachable_endpoint_fails_every_run_with_a_reason(tmp_path):
+    with SyntheticServer() as url:
+        pass  # closed again: nothing listens there now
+    outs = execute_runs([spec(url, 1), spec(url, 2)], [NullHooks(), NullHooks()], tmp_path)
+    assert not outs[0].ok and outs[0].reason == "workload_error" and "Connect" in outs[0].message
+    assert outs[1].reason == "not_run_server_died" and "earlier run" in outs[1].message
