@@ -9,13 +9,17 @@ from analysis.speedups import compute_speedups, inconsistent_gpu_tps, point_from
 from runs.selectors import counted_runs
 
 
+def sweep_results(runs) -> tuple[list[dict[str, Any]], list]:
+    """(points, speedups) of a sweep's counted runs: only succeeded runs count."""
+    points = [point_from_run(r) for r in counted_runs(runs)]
+    return points, compute_speedups(points)
+
+
 def build_sweep(sweep, runs) -> dict[str, Any]:
     """Points, speedups, the three sweep figures and per-run table rows for a sweep page.
 
     Only succeeded runs count; every run still gets a table row (with its state)."""
-    counted = counted_runs(runs)
-    points = [point_from_run(r) for r in counted]
-    speedups = compute_speedups(points)
+    points, speedups = sweep_results(runs)
     by_point = {p["run_id"]: p for p in points}
     sp_by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
     rows = []

@@ -7,7 +7,6 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
 from analysis import dashboard, exports
-from analysis.speedups import compute_speedups
 from benchkit.topology import TopoMatrix
 from runs import selectors
 from runs.models import Host, Run, Sweep
@@ -47,8 +46,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         raise Http404(f"unknown export format {fmt!r}: use csv, json or tex")
     sweep = get_object_or_404(Sweep, pk=pk)
     runs = list(selectors.sweep_runs(sweep))
-    ctx = dashboard.build_sweep(sweep, runs)
-    table = exports.sweep_table(ctx["points"], compute_speedups(ctx["points"]))
+    table = exports.sweep_table(*dashboard.sweep_results(runs))
     name = f"sweep-{sweep.pk}"
     if fmt == "csv":
         resp = HttpResponse(exports.to_csv(table), content_type="text/csv")

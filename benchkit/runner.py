@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,8 @@ from benchkit.specs import RunSpec
 
 
 class RunHooks(Protocol):
-    """Callbacks the caller gives `execute_run` (the Django layer writes them to the run row)."""
+    """Callbacks the caller gives `execute_runs`, one per run (the Django layer writes them to
+    the run row)."""
 
     def state(self, name: str, note: str = "") -> None:
         """Entered phase `name`: preflight, starting, warming, measuring, stopping."""
@@ -57,11 +57,12 @@ class NullHooks:
 
 @dataclass
 class RunOutcome:
-    """Result of `execute_run`.
+    """Result of one run of `execute_runs` / `execute_run`.
 
     `ok` is True only when the run counts (MEASUREMENT.md "When a run does not count");
     otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
-    `server_died`, validity codes, `internal_error`) and `message` says what happened.
+    `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
+    what happened. `server_shared`: the run shared its server start with other runs.
     `metrics_flat` is benchkit.metrics.RunMetrics.to_flat() of the window; `spec_decode` the
     counter deltas (acceptance_rate, acceptance_length = tau, per_position_rate, ...).
     """
@@ -87,30 +88,21 @@ class RunOutcome:
     server_shared: bool = False
 
 
-def free_port(start: int, span: int = 1, attempts: int = 200) -> int:
-    """First port >= `start` such that `span` consecutive ports are free on 127.0.0.1.
+def free_port(start: int, attempts: int = 200) -> int:
+    """First port >= `start` that preflight.check_port_free accepts (a real bind).
 
     Raises RuntimeError when none is found in `attempts` tries."""
-    port = start
-    for _ in range(attempts):
-        ok = True
-        for p in range(port, port + span):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
+    for port in range(start, start + attempts):
+        try:
+            preflight.check_port_free(port)
             return port
-        port += span
-    raise RuntimeError(f"no {span} free consecutive ports from {start}")
+        except preflight.PreflightError:
+            continue
+    raise RuntimeError(f"no free port in {start}..{start + attempts - 1}")
 
 
 def _preflight(spec: RunSpec, adapter: engines.EngineAdapter, port: int) -> None:
     s = spec.server
-    if s.engine == "external":
-        return
     dummy = s.load_format == "dummy"
     preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy)
     if s.drafter and s.method not in ("ngram", "auto"):

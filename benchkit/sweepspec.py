@@ -256,6 +256,15 @@ class SweepSpec:
         walk(self.raw)
         return found
 
+    def require_resolved(self) -> None:
+        """Raise SweepError naming every `{name}` placeholder left unresolved (a sweep with
+        placeholders cannot run: give their values as `variables` / `--set KEY=VALUE`)."""
+        left = self.placeholders()
+        if left:
+            raise SweepError(self.source, None, "", "unresolved placeholders "
+                             + ", ".join("{" + p + "}" for p in sorted(left))
+                             + ": give their values (--set KEY=VALUE on the command line)")
+
     def n_runs(self) -> int:
         """Number of runs `expand()` returns (product of the grid axes x repeats)."""
         g = self.grid

@@ -27,17 +27,33 @@ class BrokerUnavailable(RuntimeError):
     """The Celery broker does not answer, so runs could not be queued; nothing was stored."""
 
 
-def get_or_create_host(name: str | None = None) -> Host:
-    """The Host row for `name` (default: settings.DRAFTBOARD_HOST), created on first use.
-
-    Raises HostNameError for a name that is not 1-100 letters, digits, '.', '_' or '-'
-    (it becomes the queue `host.<name>` and a URL path segment)."""
+def host_name(name: str | None = None) -> str:
+    """`name` (default: settings.DRAFTBOARD_HOST), checked. Raises HostNameError for a name
+    that is not 1-100 letters, digits, '.', '_' or '-' (it becomes the queue `host.<name>` and
+    a URL path segment)."""
     name = name or settings.DRAFTBOARD_HOST
     if not HOST_NAME_RE.match(name):
         raise HostNameError(f"host name {name!r} (DRAFTBOARD_HOST or --host): use 1-100 letters, digits, "
                             "'.', '_' or '-', starting with a letter or digit")
-    host, _ = Host.objects.get_or_create(name=name)
+    return name
+
+
+def get_or_create_host(name: str | None = None) -> Host:
+    """The Host row for `name` (default: settings.DRAFTBOARD_HOST), created on first use.
+    Raises HostNameError (see host_name)."""
+    host, _ = Host.objects.get_or_create(name=host_name(name))
     return host
+
+
+def parse_substitutions(items: list[str]) -> dict[str, str]:
+    """`--set KEY=VALUE` options as a dict. Raises ValueError naming an item without '='."""
+    subs = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        subs[key] = value
+    return subs
 
 
 def check_broker(timeout_s: float = 5.0) -> None:
@@ -65,9 +81,7 @@ def _gpu_assigner(inventory: HostInventory | None, tps: list[int], pinned: dict[
             raise allocation.AllocationError(f"host {inventory.hostname} has no GPUs (its latest inventory), so TP "
                                               f"{max(tps)} cannot run there; record the inventory of the GPU host")
         return None
-    plan = allocation.plan_sweep_gpus(inventory, sorted(set(tps) - set(pinned)))
-    groups = {tp: allocation.choose_gpus(inventory, tp, pinned=pinned[tp]) for tp in pinned}
-    groups.update({tp: allocation.choose_gpus(inventory, tp, pinned=indices) for tp, indices in plan.items()})
+    groups = {tp: allocation.choose_gpus(inventory, tp, pinned=pinned.get(tp)) for tp in sorted(set(tps))}
 
     def assign(tp: int) -> list[GpuRef]:
         return groups[tp].gpu_refs()
@@ -105,10 +119,7 @@ def create_sweep(spec: sweepspec.SweepSpec, host: Host, source: str, enqueue: bo
     BrokerUnavailable when runs are to be queued but the broker does not answer; nothing is
     stored then.
     """
-    left = spec.placeholders()
-    if left:
-        raise sweepspec.SweepError(spec.source, None, "", "unresolved placeholders: "
-                                   + ", ".join("{" + p + "}" for p in sorted(left)))
+    spec.require_resolved()
     if enqueue:
         check_broker()
     inventory = latest_inventory(host)

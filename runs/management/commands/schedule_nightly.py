@@ -4,12 +4,11 @@ a Celery-beat nightly sweep (django-celery-beat), sent to the host's own queue."
 import json
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from benchkit.sweepspec import SweepError, load_sweep_file
-from runs.services.sweeps import HOST_NAME_RE
+from runs.services.sweeps import HostNameError, host_name, parse_substitutions
 
 
 class Command(BaseCommand):
@@ -26,21 +25,15 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         path = Path(opts["path"]).resolve()
-        host = opts["host"] or settings.DRAFTBOARD_HOST
-        if not HOST_NAME_RE.match(host):
-            raise CommandError(f"host name {host!r}: use letters, digits, '.', '_' or '-'")
         if not 0 <= opts["hour"] <= 23 or not 0 <= opts["minute"] <= 59:
             raise CommandError("--hour must be 0-23 and --minute 0-59")
-        subs = dict(item.split("=", 1) for item in opts["set"] if "=" in item)
-        if len(subs) != len(opts["set"]):
-            raise CommandError("--set expects KEY=VALUE")
         try:  # refuse a broken file now, not at 02:00
+            host = host_name(opts["host"])
+            subs = parse_substitutions(opts["set"])
             spec = load_sweep_file(path, variables=subs or None)
-        except SweepError as exc:
+            spec.require_resolved()
+        except (SweepError, HostNameError, ValueError) as exc:
             raise CommandError(str(exc)) from None
-        if spec.placeholders():
-            raise CommandError(f"{path}: unresolved placeholders " + ", ".join(
-                "{" + p + "}" for p in sorted(spec.placeholders())) + "; give them with --set KEY=VALUE")
         cron, _ = CrontabSchedule.objects.get_or_create(minute=str(opts["minute"]), hour=str(opts["hour"]),
                                                         day_of_week="*", day_of_month="*", month_of_year="*",
                                                         timezone="UTC")

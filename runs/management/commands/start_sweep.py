@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.allocation import AllocationError
 from benchkit.sweepspec import SweepError
-from runs.services.sweeps import BrokerUnavailable, HostNameError, create_sweep_from_file
+from runs.services.sweeps import BrokerUnavailable, HostNameError, create_sweep_from_file, parse_substitutions
 
 
 class Command(BaseCommand):
@@ -18,16 +18,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-enqueue", action="store_true", help="store the runs without queueing them")
 
     def handle(self, *args, **opts):
-        subs = {}
-        for item in opts["set"]:
-            if "=" not in item:
-                raise CommandError(f"--set {item!r}: expected KEY=VALUE")
-            k, v = item.split("=", 1)
-            subs[k] = v
         try:
+            subs = parse_substitutions(opts["set"])
             sweep = create_sweep_from_file(opts["path"], host_name=opts["host"], substitutions=subs or None,
                                            enqueue=not opts["no_enqueue"])
-        except (SweepError, AllocationError, HostNameError, BrokerUnavailable) as exc:
+        except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"sweep {sweep.pk} '{sweep.name}': {sweep.runs.count()} runs "
                           f"{'stored' if opts['no_enqueue'] else 'queued on host.' + sweep.host.name}")
