@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from analysis import figures
-from analysis.speedups import compute_speedups, inconsistent_gpu_tps, point_from_run
-from runs.selectors import counted_runs
+from benchkit.compare.speedups import compute_speedups, inconsistent_gpu_tps
+from runs.selectors import counted_points
 
 
 def sweep_results(runs) -> tuple[list[dict[str, Any]], list]:
     """(points, speedups) of a sweep's counted runs: only succeeded runs count."""
-    points = [point_from_run(r) for r in counted_runs(runs)]
+    points = counted_points(runs)
     return points, compute_speedups(points)
 
 
@@ -25,7 +25,7 @@ def build_sweep(sweep, runs) -> dict[str, Any]:
     rows = []
     for r in runs:
         sp = sp_by_run.get(r.pk)
-        rows.append({"run": r, "metrics": getattr(r, "metrics", None) if r.state == "succeeded" else None,
+        rows.append({"run": r, "metrics": r.metrics if r.counts else None,
                      "speedup": sp.value if sp else None, "baseline": sp.baseline_run_ids if sp else [],
                      "speedup_reason": sp.reason if sp else ""})
     figs = {

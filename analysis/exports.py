@@ -1,8 +1,10 @@
-"""Export a sweep's counted runs as CSV, JSON (vllm bench serve layout + draftboard keys) and LaTeX.
+"""Every export of draftboard: a sweep's counted runs as CSV, JSON and LaTeX.
 
-All three come from one table built by `sweep_table`; pandas writes the CSV and LaTeX.
-Only succeeded runs are exported as results; failed and invalidated runs are listed in the
-JSON under `excluded` with their reasons, for audit.
+CSV and LaTeX come from one table built by `sweep_table` (pandas writes them). JSON gives each
+counted run in the key layout of `vllm bench serve --save-result` plus draftboard's keys
+(`run_export`, written by benchkit.formats.vllm_bench.export_vllm_layout). Only succeeded runs
+are exported as results; failed and invalidated runs are listed in the JSON under `excluded`
+with their reasons, for audit.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.speedups import Speedup
+from benchkit.compare.speedups import Speedup
+from benchkit.formats.vllm_bench import export_vllm_layout
 
 COLUMNS = [
     ("run_id", "run"), ("label", "method"), ("tp", "TP"), ("concurrency", "concurrency"),
@@ -45,3 +48,29 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
     """A LaTeX `table` environment (booktabs) of the sweep, two decimals."""
     return table.rename(columns=dict(COLUMNS)).to_latex(index=False, float_format="%.2f", caption=caption,
                                                         label="tab:draftboard-sweep", na_rep="--", escape=True)
+
+
+def run_export(run) -> dict[str, Any]:
+    """One counted run as benchkit.formats.vllm_bench.export_vllm_layout writes it, with the
+    run's configuration (engine, method, TP, GPUs, argv) under draftboard.run. Needs
+    `run.metrics` loaded."""
+    m = run.metrics
+    meta = {
+        "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine,
+        "label": run.method_label, "date": run.finished_at, "num_prompts": run.num_prompts,
+        "concurrency": run.concurrency, "request_rate": run.request_rate, "spec_decode": m.spec_decode or None,
+        "engine_version": run.engine_version, "engine_commit": run.engine_commit, "method": run.method,
+        "num_speculative_tokens": run.num_speculative_tokens, "tree_budget": run.tree_budget, "tp": run.tp,
+        "gpus": run.gpus, "input_len": run.input_len, "output_len": run.output_len, "argv": run.argv,
+        "is_demo_model": run.is_demo_model, "source_tool": m.source_tool,
+    }
+    return export_vllm_layout(m.data, meta)
+
+
+def sweep_json(sweep, runs) -> dict[str, Any]:
+    """The JSON export of a sweep: {"sweep": {id, name, is_demo, spec}, "runs": [run_export of each
+    counted run], "excluded": [{run, state, reason} of every other run]}."""
+    return {"sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo, "spec": sweep.spec},
+            "runs": [run_export(r) for r in runs if r.counts],
+            "excluded": [{"run": r.pk, "state": r.state, "reason": r.failure_reason or r.invalidated_reason}
+                         for r in runs if not r.counts]}

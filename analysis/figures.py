@@ -1,6 +1,6 @@
 """Pure figure builders: query results in, Plotly figure dicts out (JSON-ready).
 
-Each function takes plain dicts (see analysis.speedups.point_from_run) and returns
+Each function takes plain dicts (see runs.selectors.point_from_run) and returns
 `{"data": [...], "layout": {...}}` built with plotly.graph_objects and serialised through
 plotly's own JSON encoder; templates hand it to plotly.js with `json_script`.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from analysis.speedups import Speedup
+from benchkit.compare.speedups import Speedup
 
 _LAYOUT = dict(margin=dict(l=60, r=20, t=50, b=60), template="plotly_white", height=380)
 

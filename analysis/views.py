@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, exports
-from benchkit.topology import TopoMatrix
+from analysis import dashboard, exports, figures
+from benchkit.hosts.topology import TopoMatrix
 from runs import selectors
 from runs.models import Host, Run, Sweep
 
@@ -54,13 +54,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         resp = HttpResponse(exports.to_latex(table, caption=f"{sweep.name} (sweep {sweep.pk})"),
                             content_type="application/x-tex")
     else:
-        from runs.services.export import run_export
-
-        body = {"sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo, "spec": sweep.spec},
-                "runs": [run_export(r) for r in runs if r.state == "succeeded"],
-                "excluded": [{"run": r.pk, "state": r.state, "reason": r.failure_reason or r.invalidated_reason}
-                             for r in runs if r.state != "succeeded"]}
-        resp = JsonResponse(body, json_dumps_params={"indent": 1})
+        resp = JsonResponse(exports.sweep_json(sweep, runs), json_dumps_params={"indent": 1})
     resp["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return resp
 
@@ -82,14 +76,12 @@ def run_progress(request: HttpRequest, pk: int) -> JsonResponse:
 
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
     """A host: latest snapshot's GPUs, the topology matrix as a coloured grid, snapshot history."""
-    from analysis.figures import topology_figure
-
     host = get_object_or_404(Host, name=name)
     snap = selectors.latest_snapshot(host)
     fig = None
     if snap and snap.data.get("topology"):
         topo = TopoMatrix.from_dict(snap.data["topology"])
-        fig = topology_figure(list(topo.gpus), topo.links)
+        fig = figures.topology_figure(list(topo.gpus), topo.links)
     history = host.snapshots.only("taken_at", "fingerprint", "changed", "gpu_count", "gpu_name", "driver_version")[:50]
     return render(request, "analysis/host_detail.html", {"host": host, "snapshot": snap, "topology": fig,
                                                          "history": history})

@@ -1,12 +1,14 @@
 """Plain dataclasses describing one benchmark run: the server to start and the load to send.
 
-These are the inputs of `benchkit.runner.execute_run` and the unit that a sweep file expands
-into (`benchkit.sweepspec`). They are JSON-serialisable through `dataclasses.asdict` and
+These are the inputs of `benchkit.sweeps.runner.execute_run` and the unit that a sweep file expands
+into (`benchkit.sweeps.sweepfile`). They are JSON-serialisable through `dataclasses.asdict` and
 `RunSpec.from_dict`, which is how the Django layer stores them on a run row.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -109,6 +111,39 @@ class Limits:
     max_error_rate: float = 0.01
 
 
+#: Fields of ServerConfig / WorkloadSpec that define a benchmark point (not where or how long).
+_POINT_SERVER_FIELDS = (
+    "engine",
+    "engine_build",
+    "model",
+    "drafter",
+    "method",
+    "num_speculative_tokens",
+    "tree_budget",
+    "tp",
+    "dtype",
+    "max_model_len",
+    "load_format",
+    "prefix_caching",
+    "extra_args",
+    "env",
+    "endpoint_url",
+)
+_POINT_WORKLOAD_FIELDS = (
+    "dataset",
+    "dataset_path",
+    "input_len",
+    "output_len",
+    "num_prompts",
+    "concurrency",
+    "request_rate",
+    "burstiness",
+    "ignore_eos",
+    "temperature",
+    "seed",
+)
+
+
 @dataclass
 class RunSpec:
     """Everything needed to execute one run: server, workload, GPUs, port and limits."""
@@ -124,6 +159,30 @@ class RunSpec:
         """JSON-ready dict (inverse of `from_dict`)."""
         return asdict(self)
 
+    def point_fields(self) -> dict[str, Any]:
+        """Everything that defines the measurement, as a JSON-ready dict: the server fields that
+        forbid sharing a server (engine, build, model, drafter, method, k, tree budget, TP,
+        dtype, max_model_len, load format, prefix caching, extra args, env, endpoint), the
+        workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
+        temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup."""
+        s, w = self.server, self.workload
+        return {
+            "server": {f: getattr(s, f) for f in _POINT_SERVER_FIELDS},
+            "workload": {f: getattr(w, f) for f in _POINT_WORKLOAD_FIELDS},
+            "repeat": self.repeat_index,
+        }
+
+    def point_key(self) -> str:
+        """The run's natural key within a sweep ("already done" means a succeeded run with this
+        key exists): sha256 hex (64 characters) of `point_fields()` as canonical JSON (sorted
+        keys, no spaces)."""
+        return hashlib.sha256(_canonical(self.point_fields()).encode()).hexdigest()
+
+    def server_key(self) -> str:
+        """Everything a server is started with (server config, GPUs, port) as canonical JSON: runs
+        with equal keys may share one server start (MEASUREMENT.md, "Reusing a server")."""
+        return _canonical({"server": asdict(self.server), "gpus": [asdict(g) for g in self.gpus], "port": self.port})
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         """Build from `to_dict` output. Raises TypeError naming an unknown key."""
@@ -135,3 +194,8 @@ class RunSpec:
             repeat_index=data.get("repeat_index", 0),
             limits=Limits(**data.get("limits", {})),
         )
+
+
+def _canonical(data: Any) -> str:
+    """Canonical JSON: sorted keys, no spaces (stable across runs and Python versions)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))

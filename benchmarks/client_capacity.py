@@ -1,5 +1,5 @@
 """Benchmark: how many streamed tokens/s a load client sustains on one core, and how exactly it
-times them: draftboard's client (`benchkit.loadgen`) against `vllm bench serve`.
+times them: draftboard's client (`benchkit.measure.loadgen`) against `vllm bench serve`.
 
 The server is `tests/synthetic_server.py` (a real aiohttp HTTP server streaming Server-Sent
 Events in vLLM's completion shapes, one token per message, message j of a request due at
@@ -48,11 +48,11 @@ sys.path.insert(0, str(REPO))
 import psutil  # noqa: E402
 from _common import fmt, pct, print_table, ratio, run_vllm_bench_serve  # noqa: E402
 
-from benchkit.demo_models import build_demo_models  # noqa: E402
-from benchkit.loadgen import run_load_sync  # noqa: E402
-from benchkit.metrics import compute_run_metrics, request_metrics  # noqa: E402
+from benchkit.engines.demo_models import build_demo_models  # noqa: E402
+from benchkit.measure.loadgen import run_load_sync  # noqa: E402
+from benchkit.measure.metrics import compute_run_metrics, request_metrics  # noqa: E402
+from benchkit.measure.workloads import Prompt, build_prompts  # noqa: E402
 from benchkit.specs import WorkloadSpec  # noqa: E402
-from benchkit.workloads import Prompt, build_prompts  # noqa: E402
 
 MODEL = "synthetic"
 

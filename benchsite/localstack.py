@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import redis
 
-from benchkit.teardown import stop_process_group
+from benchkit.hosts.teardown import stop_process_group
 
 
 class LocalStackError(RuntimeError):

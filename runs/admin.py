@@ -8,11 +8,11 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from benchkit.allocation import AllocationError
-from benchkit.sweepspec import SweepError
+from benchkit.hosts.allocation import AllocationError
+from benchkit.sweeps.sweepfile import SweepError
 from runs import models
 from runs.forms import InvalidateForm, SweepYamlForm
-from runs.services import admin_actions, sweeps
+from runs.services import dispatch, hosts, invalidation, sweeps
 
 
 class AuditReadOnly:
@@ -37,7 +37,7 @@ class HostAdmin(admin.ModelAdmin):
 
     @admin.action(description="Clear quarantine (host takes runs again)")
     def clear_quarantine(self, request, queryset):
-        n = admin_actions.clear_quarantine(queryset)
+        n = hosts.clear_quarantine(queryset)
         self.message_user(request, f"cleared {n} host(s)")
 
 
@@ -110,7 +110,7 @@ class SweepAdmin(admin.ModelAdmin):
             try:
                 sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
                                             enqueue=form.cleaned_data["enqueue"])
-            except (AllocationError, SweepError, sweeps.BrokerUnavailable) as exc:
+            except (AllocationError, SweepError, dispatch.BrokerUnavailable) as exc:
                 form.add_error("grid", str(exc))
             else:
                 messages.success(request, f"created sweep {sweep.pk} with {sweep.runs.count()} runs")
@@ -156,7 +156,7 @@ class RunAdmin(admin.ModelAdmin):
         if "apply" in request.POST:
             form = InvalidateForm(request.POST)
             if form.is_valid():
-                n, skipped = admin_actions.invalidate_runs(list(queryset), form.cleaned_data["reason"])
+                n, skipped = invalidation.invalidate_runs(list(queryset), form.cleaned_data["reason"])
                 self.message_user(request, f"invalidated {n} run(s)")
                 for msg in skipped:
                     self.message_user(request, msg, level=messages.WARNING)

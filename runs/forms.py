@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from benchkit import sweepspec
+from benchkit.sweeps import sweepfile as sweepspec
 from runs.models import Host
 
 

@@ -6,6 +6,8 @@ through `runs.services.transitions.transition`, never through `save()`.
 
 from __future__ import annotations
 
+import shlex
+
 from django.db import models
 from django.db.models import Q
 
@@ -29,7 +31,7 @@ class Host(models.Model):
 
 
 class HardwareSnapshot(models.Model):
-    """One inventory of a host (benchkit.inventory.HostInventory as JSON in `data`).
+    """One inventory of a host (benchkit.hosts.inventory.HostInventory as JSON in `data`).
 
     `fingerprint` hashes what makes results comparable (GPU model and count, driver, CUDA,
     topology); `changed` is True when it differs from the host's previous snapshot.
@@ -108,6 +110,15 @@ class RunState(models.TextChoices):
 ACTIVE_STATES = (RunState.PREFLIGHT, RunState.STARTING, RunState.WARMING, RunState.MEASURING, RunState.STOPPING)
 
 
+class RunQuerySet(models.QuerySet):
+    """Queries every page shares."""
+
+    def counted(self) -> RunQuerySet:
+        """Runs that feed charts, speedups and exports: succeeded, with metrics (failed and
+        invalidated runs never count; MEASUREMENT.md "When a run does not count")."""
+        return self.filter(state=RunState.SUCCEEDED, metrics__isnull=False)
+
+
 class Run(models.Model):
     """One benchmark point: one server configuration under one workload, executed once.
 
@@ -161,6 +172,8 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = RunQuerySet.as_manager()
+
     class Meta:
         ordering = ["sweep", "id"]
         constraints = [models.UniqueConstraint(fields=["sweep", "point_key"], name="run_unique_point_per_sweep")]
@@ -184,10 +197,14 @@ class Run(models.Model):
         return self.method
 
     @property
+    def counts(self) -> bool:
+        """True when this run feeds charts and speedups (the per-row form of `Run.objects.counted()`;
+        needs `metrics` loaded, e.g. with select_related)."""
+        return self.state == RunState.SUCCEEDED and hasattr(self, "metrics")
+
+    @property
     def command_line(self) -> str:
         """The exact argv as one shell-quoted line, for display and copy-paste."""
-        import shlex
-
         return shlex.join(self.argv or [])
 
 
@@ -207,7 +224,7 @@ class RunTransition(models.Model):
 class RunMetrics(models.Model):
     """Metrics of one run's measured window (MEASUREMENT.md).
 
-    `data` is benchkit.metrics.RunMetrics.to_flat() (vLLM `bench serve` key names plus
+    `data` is benchkit.measure.metrics.RunMetrics.to_flat() (vLLM `bench serve` key names plus
     draftboard's); the columns copy the figures charts sort and plot. `source_tool` and
     `definitions` record where an imported run's numbers came from and what they mean.
     """
@@ -239,7 +256,7 @@ class RunMetrics(models.Model):
 
 
 class RequestLogBlob(models.Model):
-    """The run's per-request event logs, compact (benchkit.logs.encode_logs), warmup included."""
+    """The run's per-request event logs, compact (benchkit.measure.logs.encode_logs), warmup included."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="request_logs")
     data = models.BinaryField()

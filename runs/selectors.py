@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Count, Q, QuerySet
 
+from benchkit.hosts.inventory import HostInventory
 from runs.models import HardwareSnapshot, Host, Run, RunState, Sweep
 
 
@@ -28,9 +31,32 @@ def sweep_runs(sweep: Sweep) -> QuerySet[Run]:
                                                                                "tree_budget", "concurrency", "id")
 
 
-def counted_runs(runs) -> list[Run]:
-    """Only succeeded runs with metrics feed charts and speedups (invalidated/failed never do)."""
-    return [r for r in runs if r.state == RunState.SUCCEEDED and hasattr(r, "metrics")]
+def counted_points(runs) -> list[dict[str, Any]]:
+    """Point dicts (`point_from_run`) of the counted runs among `runs` (already loaded, in
+    order): only succeeded runs with metrics feed charts and speedups (`Run.counts`)."""
+    return [point_from_run(r) for r in runs if r.counts]
+
+
+def point_from_run(run: Any) -> dict[str, Any]:
+    """Flatten a succeeded Run with metrics into the point dict benchkit.compare.speedups uses.
+
+    Output: match fields, config fields, `run_id`, `label`, `repeat_index`,
+    `output_throughput` (tok/s), `median_tpot_ms`, `acceptance_length`.
+    """
+    m = run.metrics
+    return {
+        "run_id": run.pk,
+        "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
+        "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []), "tp": run.tp,
+        "dataset": run.dataset, "input_len": run.input_len, "output_len": run.output_len,
+        "concurrency": run.concurrency, "request_rate": run.request_rate, "temperature": run.temperature,
+        "seed": run.seed, "method": run.method, "num_speculative_tokens": run.num_speculative_tokens,
+        "tree_budget": run.tree_budget, "drafter": run.drafter, "label": run.method_label,
+        "repeat_index": run.repeat_index, "output_throughput": m.output_throughput,
+        "median_tpot_ms": m.median_tpot_ms, "median_ttft_ms": m.median_ttft_ms,
+        "acceptance_length": m.acceptance_length, "acceptance_rate": m.acceptance_rate,
+        "mean_tokens_per_chunk": m.mean_tokens_per_chunk,
+    }
 
 
 def state_counts(sweep: Sweep) -> dict[str, int]:
@@ -44,7 +70,7 @@ def sweep_progress(sweep: Sweep) -> dict:
     """Live progress of a sweep: state counts, finished/total runs, and the active run's progress."""
     counts = state_counts(sweep)
     total = sum(counts.values())
-    finished = counts["succeeded"] + counts["failed"] + counts["invalidated"]
+    finished = counts[RunState.SUCCEEDED] + counts[RunState.FAILED] + counts[RunState.INVALIDATED]
     active = (
         Run.objects.filter(sweep=sweep, state__in=[s for s in RunState if s not in (
             RunState.QUEUED, RunState.SUCCEEDED, RunState.FAILED, RunState.INVALIDATED)])
@@ -52,6 +78,13 @@ def sweep_progress(sweep: Sweep) -> dict:
         .first()
     )
     return {"sweep": sweep.pk, "total": total, "finished": finished, "counts": counts, "active": active}
+
+
+def latest_inventory(host: Host) -> HostInventory | None:
+    """The host's most recent inventory (benchkit.hosts.inventory.HostInventory), or None if it
+    was never recorded."""
+    snap = HardwareSnapshot.objects.filter(host=host).order_by("-taken_at").only("data").first()
+    return HostInventory.from_dict(snap.data) if snap else None
 
 
 def latest_snapshot(host: Host) -> HardwareSnapshot | None:

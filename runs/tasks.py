@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from runs.services import execution, leases, sweeps
+from runs.services import dispatch, execution, leases, sweeps
 
 #: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
 #: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
@@ -12,7 +12,7 @@ GPU_BUSY_RETRY_S = 60
 GPU_BUSY_MAX_RETRIES = 120
 
 
-@shared_task(bind=True, name="runs.execute_runs", acks_late=True, max_retries=GPU_BUSY_MAX_RETRIES)
+@shared_task(bind=True, name=dispatch.EXECUTE_RUNS_TASK, acks_late=True, max_retries=GPU_BUSY_MAX_RETRIES)
 def execute_runs_task(self, run_ids: list[int]) -> list[str]:
     """Execute runs `run_ids` (one server start, see execution.execute_group) on this host's
     worker; returns their final states."""

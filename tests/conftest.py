@@ -47,7 +47,7 @@ def demo_models(tmp_path_factory):
     """The demo target and draft model directories, built once per session (no download).
 
     Reuses $DRAFTBOARD_TEST_MODELS_DIR when set (to keep them between sessions)."""
-    from benchkit.demo_models import build_demo_models
+    from benchkit.engines.demo_models import build_demo_models
 
     root = os.environ.get("DRAFTBOARD_TEST_MODELS_DIR")
     return build_demo_models(Path(root) if root else tmp_path_factory.mktemp("models"))

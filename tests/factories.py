@@ -1,12 +1,12 @@
 """Build stored runs for Django-side tests through the real services (transitions,
-store_outcome), with metrics computed by benchkit.metrics from hand-built request logs."""
+store_outcome), with metrics computed by benchkit.measure.metrics from hand-built request logs."""
 
 from __future__ import annotations
 
-from benchkit import metrics
-from benchkit.logs import MessageEvent, RequestLog
-from benchkit.runner import RunOutcome
+from benchkit.measure import metrics
+from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import GpuRef, RunSpec, ServerConfig, WorkloadSpec
+from benchkit.sweeps.runner import RunOutcome
 from runs.models import Host, Run, RunState, Sweep
 from runs.services.execution import store_outcome
 from runs.services.sweeps import run_fields

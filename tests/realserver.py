@@ -6,12 +6,12 @@ import os
 
 import psutil
 
-from benchkit import sweepspec
+from benchkit.sweeps import sweepfile as sweepspec
 
 
 def tiny_sweep(demo_models, name: str, methods: list, concurrency: int | list[int] = 2, output_len: int = 32,
                num_prompts: int = 8):
-    """A small sweep on the demo models (vLLM CPU, dummy weights), parsed by benchkit.sweepspec.
+    """A small sweep on the demo models (vLLM CPU, dummy weights), parsed by benchkit.sweeps.sweepfile.
     Runs that differ only in concurrency share one server start."""
     return sweepspec.parse_sweep({
         "name": name,
@@ -35,7 +35,7 @@ def vllm_server_pids(model_dir, leaders_only: bool = False) -> list[int]:
     """Pids of live vLLM API server processes serving `model_dir` (any leftover is a leak).
 
     Forked workers share the server's command line; `leaders_only` keeps the process-group
-    leader, i.e. the process benchkit.server.ManagedServer started."""
+    leader, i.e. the process benchkit.engines.server.ManagedServer started."""
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "status"]):
         try:

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from runs.models import Run, RunState
-from runs.services.admin_actions import invalidate_runs
+from runs.services.invalidation import invalidate_runs
 from tests.factories import finish_run, make_run, make_sweep
 
 pytestmark = pytest.mark.django_db

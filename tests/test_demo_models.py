@@ -11,7 +11,7 @@ import socket
 import httpx
 import pytest
 
-from benchkit.demo_models import (
+from benchkit.engines.demo_models import (
     MARKER_NAME,
     VOCAB_SIZE,
     build_demo_models,
@@ -102,8 +102,8 @@ def _free_port() -> int:
 def test_real_vllm_server_on_demo_models_with_draft_model(tmp_path, demo):
     """Start vLLM's CPU build on the demo target with the demo draft model (dummy weights for
     both), wait for readiness, get a 16-token completion and see the spec-decode counters."""
-    from benchkit.engines import adapter_for
-    from benchkit.server import ManagedServer
+    from benchkit.engines.adapters import adapter_for
+    from benchkit.engines.server import ManagedServer
     from benchkit.specs import ServerConfig
 
     adapter = adapter_for("vllm")

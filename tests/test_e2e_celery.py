@@ -16,10 +16,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from benchkit.logs import decode_logs
+from benchkit.measure.logs import decode_logs
 from benchsite import localstack
 from runs.models import Run, RunState, RunTransition
-from runs.services.inventory import record_inventory
+from runs.services.hosts import record_inventory
 from runs.services.sweeps import create_sweep, get_or_create_host
 from tests.realserver import tiny_sweep, vllm_server_pids
 
@@ -47,7 +47,7 @@ def worker(tmp_path):
                              "-c", "1", "--loglevel", "INFO", "-n", f"{host_name}@%h"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     yield host_name, tmp_path / "worker.log"
-    from benchkit.teardown import stop_process_group
+    from benchkit.hosts.teardown import stop_process_group
 
     stop_process_group(proc.pid, term_timeout_s=20)
     proc.wait(timeout=10)

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from benchkit.engines import EngineConfigError, adapter_for, load_flags, read_block_size
+from benchkit.engines.adapters import adapter_for, read_block_size
+from benchkit.engines.flags import EngineConfigError, load_flags
 from benchkit.specs import GpuRef, ServerConfig
 
 VLLM = [

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from benchkit.allocation import choose_gpus
-from benchkit.inventory import collect_inventory
-from benchkit.preflight import (
+from benchkit.hosts.allocation import choose_gpus
+from benchkit.hosts.inventory import collect_inventory
+from benchkit.hosts.preflight import (
     PreflightError,
     check_cuda_init,
     check_device_nodes,
@@ -24,7 +24,7 @@ from benchkit.preflight import (
     gpus_back_to_baseline,
     idle_baseline,
 )
-from benchkit.teardown import group_members, stop_process_group
+from benchkit.hosts.teardown import group_members, stop_process_group
 
 
 def _nvml_gpu_count() -> int:

@@ -13,7 +13,7 @@ from django_celery_beat.models import PeriodicTask
 from runs.models import GpuLease, Host, Run, RunState, Sweep
 from runs.services import execution, leases
 from runs.services.execution import store_outcome
-from runs.services.inventory import record_inventory
+from runs.services.hosts import record_inventory
 from runs.services.sweeps import create_sweep_from_file
 from runs.services.transitions import transition
 from tests.factories import make_host, make_run, make_sweep
@@ -113,7 +113,7 @@ def test_run_on_held_gpus_waits_then_fails_gpu_busy():
 
 
 def test_unclean_teardown_quarantines_host_and_later_runs_skip():
-    from benchkit.runner import RunOutcome
+    from benchkit.sweeps.runner import RunOutcome
 
     sweep = make_sweep()
     run = make_run(sweep)
@@ -125,7 +125,7 @@ def test_unclean_teardown_quarantines_host_and_later_runs_skip():
     assert host.quarantined and "4242" in host.quarantine_reason
     later = execution.execute(make_run(sweep, "linear").pk)
     assert (later.state, later.failure_reason) == (RunState.FAILED, "host_quarantined")
-    from runs.services.admin_actions import clear_quarantine
+    from runs.services.hosts import clear_quarantine
 
     assert clear_quarantine([host]) == 1
     assert not Host.objects.get(pk=host.pk).quarantined
@@ -178,7 +178,7 @@ def test_bad_host_names_are_refused(name):
 
 
 def test_gpu_less_host_refuses_tp_above_one():
-    from benchkit.inventory import HostInventory
+    from benchkit.hosts.inventory import HostInventory
 
     record_inventory(make_host("cpu-box"), HostInventory(hostname="cpu-box", gpus=[]))
     with pytest.raises(CommandError, match="has no GPUs.*TP 8"):
@@ -199,11 +199,17 @@ def test_audit_rows_are_read_only_in_admin(admin_client):
 
 
 def test_runs_differing_only_in_workload_share_a_server_task(monkeypatch, pcie8_host):
-    from runs.services.sweeps import enqueue_runs
-    from runs.tasks import execute_runs_task
+    from celery import current_app
+
+    from runs.services.dispatch import EXECUTE_RUNS_TASK, enqueue_runs
 
     sent = []
-    monkeypatch.setattr(execute_runs_task, "apply_async", lambda **kw: sent.append(kw))
+
+    def send_task(name, **kw):
+        assert name == EXECUTE_RUNS_TASK
+        sent.append(kw)
+
+    monkeypatch.setattr(current_app, "send_task", send_task)
     sweep = create_sweep_from_file(SWEEPS / "users-grid-sglang.yaml", host_name=pcie8_host.name, enqueue=False)
     runs = list(sweep.runs.order_by("id"))
     enqueue_runs([r.pk for r in runs], "host.ws-pcie8")

@@ -7,8 +7,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from analysis.exports import run_export
 from runs.models import Run, RunMetrics, Sweep
-from runs.services.export import run_export
 from runs.services.imports import ImportOptionError, import_result_file
 from runs.services.recompute import recompute_run
 from tests.factories import finish_run, make_host, make_run, make_sweep

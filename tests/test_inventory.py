@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.inventory import (
+from benchkit.hosts.inventory import (
     HostInventory,
-    ReplayNvml,
     collect_inventory,
     cpu_ranges,
     sysfs_bus_id,
 )
-from benchkit.topology import parse_topo_matrix
+from benchkit.hosts.topology import parse_topo_matrix
+from tests.nvml_replay import ReplayNvml
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hardware"
 LOCAL = Path(__file__).resolve().parent / "fixtures" / "hardware"

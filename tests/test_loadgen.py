@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchkit.loadgen import arrival_offsets_s, run_load_sync
-from benchkit.logs import decode_logs, encode_logs
-from benchkit.metrics import compute_run_metrics, request_metrics
+from benchkit.measure.loadgen import arrival_offsets_s, run_load_sync
+from benchkit.measure.logs import decode_logs, encode_logs
+from benchkit.measure.metrics import compute_run_metrics, request_metrics
+from benchkit.measure.workloads import Prompt
 from benchkit.specs import WorkloadSpec
-from benchkit.workloads import Prompt
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 
 

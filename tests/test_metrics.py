@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchkit.logs import KINDS, MessageEvent, RequestLog, decode_logs, encode_logs
-from benchkit.metrics import (
+from benchkit.measure.logs import KINDS, MessageEvent, RequestLog, decode_logs, encode_logs
+from benchkit.measure.metrics import (
     STAT_METRICS,
     LatencyStats,
     RunMetrics,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.inventory import ReplayNvml
-from benchkit.preflight import (
+from benchkit.hosts.preflight import (
     CODES,
     PreflightError,
     check_cuda_init,
@@ -19,6 +18,7 @@ from benchkit.preflight import (
     gpus_back_to_baseline,
     idle_baseline,
 )
+from tests.nvml_replay import ReplayNvml
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hardware"
 NVML = json.loads((SHARED / "h200x2-nvlink" / "nvml.json").read_text())

@@ -18,17 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.metrics import compute_run_metrics
-from benchkit.resultfiles import (
-    FLAT_KEYS,
-    TOOL_DRAFTBOARD,
-    TOOL_SGLANG,
-    TOOL_VLLM,
-    ResultFileError,
-    detect_tool,
-    export_vllm_layout,
-    load_result_file,
-)
+from benchkit.formats.common import TOOL_DRAFTBOARD, TOOL_SGLANG, TOOL_VLLM, ResultFileError
+from benchkit.formats.reader import detect_tool, load_result_file
+from benchkit.formats.vllm_bench import export_vllm_layout
+from benchkit.measure.metrics import FLAT_KEYS, compute_run_metrics
 from tests.test_validity import make_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"

@@ -1,10 +1,10 @@
-"""benchkit.runner against a synthetic server with known timings and counters (ground truth):
+"""benchkit.sweeps.runner against a synthetic server with known timings and counters (ground truth):
 runs that share one server each get their own window and their own counter deltas."""
 
 import pytest
 
-from benchkit.runner import NullHooks, execute_runs, server_key
 from benchkit.specs import Limits, RunSpec, ServerConfig, WorkloadSpec
+from benchkit.sweeps.runner import NullHooks, execute_runs
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 
 
@@ -44,7 +44,7 @@ def test_shared_server_runs_get_their_own_windows_and_counters(tmp_path):
 
 def test_runs_with_different_servers_cannot_share(tmp_path):
     a, b = spec("http://127.0.0.1:1", 1), spec("http://127.0.0.1:2", 1)
-    assert server_key(a) != server_key(b)
+    assert a.server_key() != b.server_key()
     with pytest.raises(ValueError, match="cannot share"):
         execute_runs([a, b], [NullHooks(), NullHooks()], tmp_path)
 

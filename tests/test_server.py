@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from benchkit.server import ManagedServer, ServerStartError
-from benchkit.teardown import group_members
+from benchkit.engines.server import ManagedServer, ServerStartError
+from benchkit.hosts.teardown import group_members
 
 
 def _free_port() -> int:

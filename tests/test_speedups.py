@@ -3,7 +3,7 @@
 import pytest
 
 from analysis import figures
-from analysis.speedups import bootstrap_ratio_ci, compute_speedups, inconsistent_gpu_tps
+from benchkit.compare.speedups import bootstrap_ratio_ci, compute_speedups, inconsistent_gpu_tps
 
 
 def point(run_id, method="auto", k=None, tps=100.0, tp=1, conc=1, gpus=("GPU-a",), repeat=0, tau=None, **kw):

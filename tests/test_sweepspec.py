@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.engines import adapter_for
+from benchkit.engines.adapters import adapter_for
 from benchkit.specs import GpuRef, RunSpec
-from benchkit.sweepspec import SweepError, load_sweep_file, parse_sweep, point_key
+from benchkit.sweeps.sweepfile import SweepError, load_sweep_file, parse_sweep
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 DEMO_VARS = {"demo_target": "/tmp/demo/target", "demo_draft": "/tmp/demo/draft"}
@@ -47,7 +47,7 @@ def test_users_grid_expands_to_36_runs():
         else:
             assert r.server.engine_build == ""
         assert r.server.drafter == ("" if r.server.method == "auto" else "/models/Qwen3.5-27B-DFlash")
-    assert len({point_key(r) for r in runs}) == 36
+    assert len({r.point_key() for r in runs}) == 36
     # every run turns into a command line
     sgl = adapter_for("sglang")
     for r in runs:
@@ -79,7 +79,7 @@ def test_other_shipped_sweeps_parse(name):
     spec = load_sweep_file(SWEEPS / f"{name}.yaml")
     runs = spec.expand()
     assert len(runs) == spec.n_runs() > 0
-    assert len({point_key(r) for r in runs}) == len(runs)
+    assert len({r.point_key() for r in runs}) == len(runs)
     adapter = adapter_for(spec.engine)
     for r in runs:
         adapter.build_argv(r.server, r.port, python="py")
@@ -127,7 +127,7 @@ def test_expansion_order_repeats_gpus_and_roundtrip(tmp_path):
     assert runs[8].server.num_speculative_tokens == 2
     assert runs[0].workload.slo == {"ttft_ms": 500.0}
     again = RunSpec.from_dict(runs[5].to_dict())
-    assert point_key(again) == point_key(runs[5])
+    assert again.point_key() == runs[5].point_key()
 
 
 def test_point_key_ignores_gpus_port_limits_but_not_repeat():
@@ -135,14 +135,14 @@ def test_point_key_ignores_gpus_port_limits_but_not_repeat():
         {"name": "t", "engine": "vllm", "model": "/m", "grid": {"methods": ["auto"]}, "repeats": 2}
     )
     a, b = spec.expand()
-    assert point_key(a) != point_key(b)
+    assert a.point_key() != b.point_key()
     c = RunSpec.from_dict(a.to_dict())
     c.gpus = [GpuRef(7, "GPU-7")]
     c.port = 9999
     c.limits.ready_timeout_s = 1.0
-    assert point_key(c) == point_key(a)
+    assert c.point_key() == a.point_key()
     c.workload.concurrency = 2
-    assert point_key(c) != point_key(a)
+    assert c.point_key() != a.point_key()
 
 
 BASE = """

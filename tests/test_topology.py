@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.topology import (
+from benchkit.hosts.topology import (
     TopologyError,
     TopoMatrix,
     link_quality,

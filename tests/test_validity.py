@@ -1,17 +1,17 @@
 """Validity rules (MEASUREMENT.md "When a run does not count") on hand-built request logs.
 
 The logs are ground truth written here; `metrics_flat` comes from the real
-`benchkit.metrics.compute_run_metrics` over the same logs.
+`benchkit.measure.metrics.compute_run_metrics` over the same logs.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from benchkit.logs import MessageEvent, RequestLog
-from benchkit.metrics import compute_run_metrics
-from benchkit.teardown import TeardownReport
-from benchkit.validity import REASON_CODES, Violation, check_run, failures
+from benchkit.hosts.teardown import TeardownReport
+from benchkit.measure.logs import MessageEvent, RequestLog
+from benchkit.measure.metrics import compute_run_metrics
+from benchkit.measure.validity import REASON_CODES, Violation, check_run, failures
 
 MS = 1_000_000
 

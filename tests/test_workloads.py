@@ -9,8 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchkit.specs import WorkloadSpec
-from benchkit.workloads import (
+from benchkit.measure.workloads import (
     Prompt,
     TokenizerClient,
     WorkloadError,
@@ -18,6 +17,7 @@ from benchkit.workloads import (
     load_jsonl,
     random_prompts,
 )
+from benchkit.specs import WorkloadSpec
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 
 

@@ -1,4 +1,4 @@
-"""Execute one queued run: claim it, hold its GPUs, call benchkit.runner, store the outcome.
+"""Execute one queued run: claim it, hold its GPUs, call benchkit.sweeps.runner, store the outcome.
 
 Slow I/O (server start, load) happens outside any transaction; the outcome is stored in one
 transaction, so a crash leaves the run `failed` with a reason and never half-stored metrics.
@@ -13,12 +13,11 @@ from pathlib import Path
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
-from benchkit.runner import RunOutcome, execute_runs
 from benchkit.specs import RunSpec
+from benchkit.sweeps.runner import RunOutcome, execute_runs
 from runs.models import Host, RequestLogBlob, Run, RunMetrics, RunState
-from runs.services import leases
+from runs.services import hosts, leases
 from runs.services.transitions import IllegalTransition, transition
 
 log = logging.getLogger(__name__)
@@ -28,7 +27,7 @@ PROGRESS_MIN_INTERVAL_S = 1.0
 
 
 class _DjangoHooks:
-    """benchkit.runner hooks that write state transitions and throttled progress to the run row."""
+    """benchkit.sweeps.runner hooks that write state transitions and throttled progress to the run row."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -54,7 +53,7 @@ def execute(run_id: int) -> Run:
 
 
 def execute_group(run_ids: list[int]) -> list[Run]:
-    """Execute queued runs that share one server start (same benchkit.runner.server_key, same
+    """Execute queued runs that share one server start (same RunSpec.server_key(), same
     host), in the given order, and return them in their final states.
 
     Leases the GPUs first: raises leases.GpusBusy (the runs stay queued; the task retries
@@ -135,7 +134,7 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     )
     with transaction.atomic():
         if outcome.logs is not None:
-            from benchkit.logs import encode_logs
+            from benchkit.measure.logs import encode_logs
 
             RequestLogBlob.objects.update_or_create(
                 run=run,
@@ -158,9 +157,7 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
             run = transition(run, RunState.FAILED, failure_reason=outcome.reason,
                              failure_message=outcome.message[:5000], **common)
         if outcome.teardown and not outcome.teardown.get("clean", True):
-            Host.objects.filter(pk=run.host_id).update(
-                quarantined=True, quarantined_at=timezone.now(),
-                quarantine_reason=f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}")
+            hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}")
     return run
 
 

@@ -3,7 +3,7 @@
 Each file run becomes a succeeded Run (created in that state, with an `imported` history row)
 in a new sweep, with RunMetrics whose `source_tool` and `definitions` record the tool's own
 metric definitions (their "ITL" is per chunk: draftboard stores it as ICL). All or nothing:
-a malformed file raises benchkit.resultfiles.ResultFileError and stores nothing.
+a malformed file raises benchkit.formats.common.ResultFileError and stores nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
-from benchkit.resultfiles import ImportedRun, load_result_file
+from benchkit.formats.common import ImportedRun
+from benchkit.formats.reader import load_result_file
 from benchkit.specs import METHODS
 from runs.models import Host, Run, RunMetrics, RunState, RunTransition, Sweep
 from runs.services.execution import metrics_fields

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from benchkit import metrics
-from benchkit.logs import decode_logs
+from benchkit.measure import metrics
+from benchkit.measure.logs import decode_logs
 from runs.models import Run, RunMetrics, RunState
 
 

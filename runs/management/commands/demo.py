@@ -19,12 +19,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from benchkit.demo_models import build_demo_models
+from benchkit.compare.speedups import compute_speedups
+from benchkit.engines.demo_models import build_demo_models
 from benchsite import localstack
 from runs import selectors
 from runs.models import Sweep
 from runs.services import sweeps
-from runs.services.inventory import record_inventory
+from runs.services.hosts import get_or_create_host, record_inventory
 
 
 class Command(BaseCommand):
@@ -41,7 +42,7 @@ class Command(BaseCommand):
         out = self.stdout
         call_command("migrate", interactive=False, verbosity=0)
         password = self._admin_password(var)
-        host = sweeps.get_or_create_host()
+        host = get_or_create_host()
         snap = record_inventory(host)
         out.write(f"host {host.name}: {snap.gpu_count} GPU(s) {snap.gpu_name or '(CPU only)'}")
         models_dir = Path(settings.DRAFTBOARD_MODELS_DIR)
@@ -100,18 +101,18 @@ class Command(BaseCommand):
                 time.sleep(1.0)
 
     def _summary(self, sweep: Sweep) -> None:
-        from analysis.dashboard import build_sweep
-
         runs = list(selectors.sweep_runs(sweep))
-        ctx = build_sweep(sweep, runs)
+        speedups = compute_speedups(selectors.counted_points(runs))
+        by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
         self.stdout.write("")
         self.stdout.write(f"{'run':>5} {'method':<16} {'conc':>4} {'state':<10} {'out tok/s':>10} {'speedup':>8} "
                           f"{'tau':>6}")
-        for row in ctx["rows"]:
-            r, m = row["run"], row["metrics"]
+        for r in runs:
+            m = r.metrics if r.counts else None
+            sp = by_run.get(r.pk)
             tps = f"{m.output_throughput:.1f}" if m else ""
-            sp = f"{row['speedup']:.2f}x" if row["speedup"] is not None else ""
+            speedup = f"{sp.value:.2f}x" if sp and sp.value is not None else ""
             tau = f"{m.acceptance_length:.2f}" if m and m.acceptance_length is not None else ""
             state = r.state if not r.failure_reason else f"{r.state}:{r.failure_reason}"
-            self.stdout.write(f"{r.pk:>5} {r.method_label:<16} {r.concurrency:>4} {state:<10} {tps:>10} {sp:>8} "
+            self.stdout.write(f"{r.pk:>5} {r.method_label:<16} {r.concurrency:>4} {state:<10} {tps:>10} {speedup:>8} "
                               f"{tau:>6}")

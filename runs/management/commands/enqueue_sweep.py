@@ -4,7 +4,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.models import RunState, Sweep
-from runs.services.sweeps import BrokerUnavailable, check_broker, enqueue_runs
+from runs.services.dispatch import BrokerUnavailable, check_broker, enqueue_runs
 
 
 class Command(BaseCommand):

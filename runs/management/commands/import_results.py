@@ -2,9 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from benchkit.resultfiles import ResultFileError
+from benchkit.formats.common import ResultFileError
 from runs.services.imports import ImportOptionError, import_result_file
-from runs.services.sweeps import HostNameError, get_or_create_host
+from runs.services.hosts import HostNameError, get_or_create_host
 
 
 class Command(BaseCommand):

@@ -2,8 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.services.inventory import record_inventory
-from runs.services.sweeps import HostNameError, get_or_create_host
+from runs.services.hosts import HostNameError, get_or_create_host, record_inventory
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
-from benchkit.sweepspec import SweepError, load_sweep_file
-from runs.services.sweeps import HostNameError, host_name, parse_substitutions
+from benchkit.sweeps.sweepfile import SweepError, load_sweep_file, parse_variables
+from runs.services.hosts import HostNameError, host_name
 
 
 class Command(BaseCommand):
@@ -29,7 +29,7 @@ class Command(BaseCommand):
             raise CommandError("--hour must be 0-23 and --minute 0-59")
         try:  # refuse a broken file now, not at 02:00
             host = host_name(opts["host"])
-            subs = parse_substitutions(opts["set"])
+            subs = parse_variables(opts["set"])
             spec = load_sweep_file(path, variables=subs or None)
             spec.require_resolved()
         except (SweepError, HostNameError, ValueError) as exc:

@@ -2,9 +2,11 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from benchkit.allocation import AllocationError
-from benchkit.sweepspec import SweepError
-from runs.services.sweeps import BrokerUnavailable, HostNameError, create_sweep_from_file, parse_substitutions
+from benchkit.hosts.allocation import AllocationError
+from benchkit.sweeps.sweepfile import SweepError, parse_variables
+from runs.services.dispatch import BrokerUnavailable
+from runs.services.hosts import HostNameError
+from runs.services.sweeps import create_sweep_from_file
 
 
 class Command(BaseCommand):
@@ -19,7 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         try:
-            subs = parse_substitutions(opts["set"])
+            subs = parse_variables(opts["set"])
             sweep = create_sweep_from_file(opts["path"], host_name=opts["host"], substitutions=subs or None,
                                            enqueue=not opts["no_enqueue"])
         except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:

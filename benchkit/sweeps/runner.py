@@ -6,7 +6,7 @@ process group (argv list) -> wait for readiness with a timeout -> for each run: 
 read the Prometheus counters -> measured window -> read the counters again -> then stop the
 whole process group and check the GPUs are free -> compute metrics and validity per run.
 
-`execute_runs` takes several runs whose server configuration is identical (`server_key`):
+`execute_runs` takes several runs whose server configuration is identical (`RunSpec.server_key()`):
 they differ only in workload (concurrency, lengths, request rate, repeat), so MEASUREMENT.md
 ("Reusing a server between points") lets them share one server start; the prefix cache is
 reset between them and the counters are read afresh for each window. Each such run records
@@ -19,7 +19,6 @@ here raises for a benchmark failure and no server process is left behind.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,9 +27,11 @@ from typing import Any, Protocol
 
 import httpx
 
-from benchkit import engines, loadgen, metrics, preflight, promcounters, validity, workloads
-from benchkit.logs import RequestLog
-from benchkit.server import ManagedServer, ServerStartError
+from benchkit.engines import adapters
+from benchkit.engines.server import ManagedServer, ServerStartError
+from benchkit.hosts import preflight
+from benchkit.measure import counters, loadgen, metrics, validity, workloads
+from benchkit.measure.logs import RequestLog
 from benchkit.specs import RunSpec
 
 
@@ -63,7 +64,7 @@ class RunOutcome:
     otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
     `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
     what happened. `server_shared`: the run shared its server start with other runs.
-    `metrics_flat` is benchkit.metrics.RunMetrics.to_flat() of the window; `spec_decode` the
+    `metrics_flat` is benchkit.measure.metrics.RunMetrics.to_flat() of the window; `spec_decode` the
     counter deltas (acceptance_rate, acceptance_length = tau, per_position_rate, ...).
     """
 
@@ -101,7 +102,7 @@ def free_port(start: int, attempts: int = 200) -> int:
     raise RuntimeError(f"no free port in {start}..{start + attempts - 1}")
 
 
-def _preflight(spec: RunSpec, adapter: engines.EngineAdapter, port: int) -> None:
+def _preflight(spec: RunSpec, adapter: adapters.EngineAdapter, port: int) -> None:
     s = spec.server
     dummy = s.load_format == "dummy"
     preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy)
@@ -125,13 +126,6 @@ def _preflight(spec: RunSpec, adapter: engines.EngineAdapter, port: int) -> None
         preflight.check_port_free(p)
 
 
-def server_key(spec: RunSpec) -> str:
-    """Everything a server is started with (server config, GPUs, port) as canonical JSON:
-    runs with equal keys may share one server start."""
-    return json.dumps({"server": dataclasses.asdict(spec.server), "gpus": [dataclasses.asdict(g) for g in spec.gpus],
-                       "port": spec.port}, sort_keys=True)
-
-
 def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | None = None) -> RunOutcome:
     """Run `spec` to completion on a server of its own. Never raises for a benchmark
     failure; see RunOutcome. `workdir` receives the server log (`server.log`)."""
@@ -141,7 +135,7 @@ def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | No
 def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | None = None) -> list[RunOutcome]:
     """Run every spec on ONE server start, in order, and return one outcome per spec.
 
-    All specs must have the same `server_key` (ValueError otherwise). The prefix cache is
+    All specs must have the same `RunSpec.server_key()` (ValueError otherwise). The prefix cache is
     reset before each run after the first (vLLM `/reset_prefix_cache`, SGLang
     `/flush_cache`). If the server dies or cannot be reached during run i, run i fails with
     `server_died` (or `metrics_unavailable`) and the runs after it fail with
@@ -150,7 +144,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     """
     if not specs or len(specs) != len(hooks):
         raise ValueError("execute_runs needs one hooks object per spec, and at least one spec")
-    if len({server_key(s) for s in specs}) != 1:
+    if len({s.server_key() for s in specs}) != 1:
         raise ValueError("execute_runs: the specs differ in their server configuration; they cannot share a server")
     workdir = Path(workdir or Path.cwd() / "runs-workdir")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +155,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     server: ManagedServer | None = None
     hooks[0].state("preflight")
     try:
-        adapter = engines.adapter_for(s.engine)
+        adapter = adapters.adapter_for(s.engine)
         version = adapter.version(sys.executable)
         if s.engine == "external":
             base_url, argv, env = s.endpoint_url.rstrip("/"), [], {}
@@ -173,7 +167,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             base_url = f"http://127.0.0.1:{port}"
     except preflight.PreflightError as exc:
         return _fail_all(outs, exc.code, exc.message)
-    except (engines.EngineConfigError, RuntimeError, OSError) as exc:
+    except (adapters.EngineConfigError, RuntimeError, OSError) as exc:
         return _fail_all(outs, "config_error", str(exc))
     for out in outs:
         out.engine_version = version.get("version") or ""
@@ -181,7 +175,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
         out.argv, out.env = argv, env
         out.timings_s["preflight"] = time.monotonic() - t0
 
-    counters: list[dict[str, Any]] = [{} for _ in specs]
+    readings: list[dict[str, Any]] = [{} for _ in specs]
     done = 0  # runs whose window ended cleanly
     try:
         hooks[0].state("starting")
@@ -195,14 +189,14 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
                 hook.state("preflight", note="shares the server of the run before it")
                 hook.state("starting", note="server already running")
                 _reset_prefix_cache(adapter, base_url)
-            _measure(spec, hook, out, counters[i], adapter, base_url, server)
+            _measure(spec, hook, out, readings[i], adapter, base_url, server)
             if out.reason:
                 break
             hook.state("stopping")
             done += 1
     except ServerStartError as exc:
         outs[done].reason, outs[done].message = exc.code, exc.message
-    except promcounters.ScrapeError as exc:
+    except counters.ScrapeError as exc:
         outs[done].reason, outs[done].message = "metrics_unavailable", str(exc)
         if server is not None and not server.alive():
             outs[done].reason = "server_died"
@@ -217,7 +211,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             out.reason = "not_run_server_died"
             out.message = f"not run: an earlier run on the shared server failed ({outs[done].reason})"
     for i in range(done):
-        _finish(specs[i], outs[i], counters[i])
+        _finish(specs[i], outs[i], readings[i])
     return outs
 
 
@@ -227,7 +221,7 @@ def _fail_all(outs: list[RunOutcome], reason: str, message: str) -> list[RunOutc
     return outs
 
 
-def _reset_prefix_cache(adapter: engines.EngineAdapter, base_url: str) -> None:
+def _reset_prefix_cache(adapter: adapters.EngineAdapter, base_url: str) -> None:
     """Clear the server's prefix cache so the next point does not reuse the last one's prompts.
 
     Raises ScrapeError when the server refuses (a run must not silently reuse a warm cache)."""
@@ -237,14 +231,14 @@ def _reset_prefix_cache(adapter: engines.EngineAdapter, base_url: str) -> None:
     try:
         response = httpx.post(url, timeout=30)
     except httpx.HTTPError as exc:
-        raise promcounters.ScrapeError(f"cannot reset the prefix cache at {url}: {exc}") from exc
+        raise counters.ScrapeError(f"cannot reset the prefix cache at {url}: {exc}") from exc
     if response.status_code // 100 != 2:
-        raise promcounters.ScrapeError(
+        raise counters.ScrapeError(
             f"{url} answered HTTP {response.status_code} (vLLM needs VLLM_SERVER_DEV_MODE=1)")
 
 
-def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, counters: dict[str, Any],
-             adapter: engines.EngineAdapter, base_url: str, server: ManagedServer | None) -> None:
+def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str, Any],
+             adapter: adapters.EngineAdapter, base_url: str, server: ManagedServer | None) -> None:
     """Warmup, counters, measured window, counters: fills `out.logs` and the window, or sets
     `out.reason` when the server died during it."""
     s, w = spec.server, spec.workload
@@ -252,7 +246,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, counters: dict[str
     hooks.state("warming")
 
     def on_window_start() -> None:
-        counters["before"] = promcounters.scrape(metrics_url)
+        readings["before"] = counters.scrape(metrics_url)
         hooks.state("measuring")
 
     try:
@@ -273,7 +267,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, counters: dict[str
         out.reason = "server_died"
         out.message = f"the server exited during the run (exit code {server.returncode})"
         return
-    counters["after"] = promcounters.scrape(metrics_url)
+    readings["after"] = counters.scrape(metrics_url)
 
 
 def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], str]:
@@ -291,14 +285,14 @@ def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], 
     return teardown, server.log_tail(200)
 
 
-def _finish(spec: RunSpec, out: RunOutcome, counters: dict[str, Any]) -> RunOutcome:
+def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutcome:
     w = spec.workload
     m = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
     out.metrics_flat = m.to_flat()
     out.distributions = metrics.distributions(out.logs or [])
     try:
-        sd = promcounters.spec_decode_metrics(counters.get("before"), counters.get("after"))
-    except promcounters.CounterResetError as exc:  # the server restarted inside the window
+        sd = counters.spec_decode_metrics(readings.get("before"), readings.get("after"))
+    except counters.CounterResetError as exc:  # the server restarted inside the window
         out.reason, out.message = "counters_reset", str(exc)
         return out
     if sd is not None:

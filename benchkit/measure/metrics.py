@@ -1,6 +1,6 @@
 """Per-request and per-run metrics, exactly as docs/MEASUREMENT.md defines them.
 
-Pure functions of `benchkit.logs.RequestLog` lists plus the run window, so old runs can be
+Pure functions of `benchkit.measure.logs.RequestLog` lists plus the run window, so old runs can be
 recomputed after a formula fix. Names and units:
 
 - TTFT (ms): first message carrying >= 1 output token (reasoning counts) minus send time.
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.logs import RequestLog
+from benchkit.measure.logs import RequestLog
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

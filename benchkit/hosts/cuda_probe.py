@@ -1,8 +1,8 @@
 """Child-process CUDA probe: really initialise CUDA on every visible GPU and report JSON.
 
-Run as `python -m benchkit.cuda_probe [--backend auto|torch|driver] [--alloc-mib N]` with
+Run as `python -m benchkit.hosts.cuda_probe [--backend auto|torch|driver] [--alloc-mib N]` with
 `CUDA_VISIBLE_DEVICES` (UUIDs) and `CUDA_DEVICE_ORDER=PCI_BUS_ID` set by the caller
-(`benchkit.preflight.check_cuda_init`). NVML alone is not enough: a container whose cgroup
+(`benchkit.hosts.preflight.check_cuda_init`). NVML alone is not enough: a container whose cgroup
 device policy blocks /dev/nvidia-uvm still answers nvidia-smi but fails here.
 
 Backends: `torch` (torch.cuda.init, then an N MiB tensor per device and a synchronize);

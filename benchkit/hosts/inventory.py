@@ -1,15 +1,14 @@
 """What GPU host a run ran on: GPUs (through NVML), their interconnect, and the host itself.
 
-`collect_inventory()` reads NVML through the `pynvml` module of the `nvidia-ml-py`
-distribution (NVIDIA's own bindings; function names follow `nvml.h`), `nvidia-smi topo -m` for
-the interconnect matrix, sysfs for NUMA nodes, and /proc + psutil for the host. Every optional
+`collect_inventory()` reads NVML (`benchkit.hosts.nvml`), `nvidia-smi topo -m` for the
+interconnect matrix, sysfs for NUMA nodes, and /proc + psutil for the host. Every optional
 query is guarded on its own: when one is unsupported its field is None and
 `missing[field] = reason` records why, and collection goes on. A host without NVML or without
 GPUs is valid (`gpus == []`, the reason in `missing["gpus"]`).
 
-NVML is injectable: pass any object with pynvml's function names. `ReplayNvml` is one, fed by
-the raw readings that `read_nvml_raw()` records (the layout of
-`shared/fixtures/hardware/*/nvml.json`), so tests replay a real host's readings here.
+NVML is injectable: pass any object with pynvml's function names (the tests pass
+`tests/nvml_replay.ReplayNvml`, fed by readings `benchkit.hosts.nvml.read_nvml_raw` recorded on
+a real host).
 
 Units: memory in MiB (NVML reports bytes; MiB = bytes // 2**20), power in W (NVML: mW),
 clocks in MHz.
@@ -29,33 +28,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchkit.topology import TopologyError, TopoMatrix, is_nvlink, parse_cpu_list, parse_topo_matrix
-
-MIB = 1 << 20
-#: NVML constants (values from nvml.h), so that a stand-in NVML need not define them.
-NVML_CLOCK_SM = 1
-NVML_CLOCK_MEM = 2
-NVML_MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
-NVML_NVLINK_MAX_LINKS = 18  # Hopper; the loop stops at the first link NVML refuses past link 0
-#: nvmlDeviceGetTopologyCommonAncestor levels -> the `topo -m` code for the same path.
-NVML_TOPOLOGY_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+from benchkit.hosts.nvml import (
+    MIB,
+    NVML_CLOCK_MEM,
+    NVML_CLOCK_SM,
+    NVML_NVLINK_MAX_LINKS,
+    NVML_TOPOLOGY_CODES,
+    gpu_used_mib,
+    load_pynvml,
+    nvml_error_text,
+    nvml_str,
+    read_nvml_raw,
+)
+from benchkit.hosts.topology import TopologyError, TopoMatrix, is_nvlink, parse_cpu_list, parse_topo_matrix
 
 RunCmd = Callable[[Sequence[str]], str]
-
-
-def nvml_error_text(exc: BaseException) -> str:
-    """Reason text for a failed query, e.g. `NVMLError_NotSupported(3)` (the fixtures' form)."""
-    recorded = getattr(exc, "recorded", None)
-    if recorded:
-        return recorded
-    value = getattr(exc, "value", None)
-    if isinstance(value, int):
-        return f"{type(exc).__name__}({value})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _cpus_from_mask(words: Sequence[int], bits: int = 64) -> list[int]:
@@ -204,250 +191,6 @@ class HostInventory:
 
 
 # ----------------------------------------------------------------------------------------------
-# Raw NVML readings: record (on a GPU host) and replay (anywhere)
-
-
-class ReplayError(Exception):
-    """A query the recorded readings answer with an error (or do not contain)."""
-
-    def __init__(self, recorded: str):
-        super().__init__(recorded)
-        self.recorded = recorded
-
-
-class _Struct:
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
-
-
-class ReplayNvml:
-    """A stand-in for the `pynvml` module that answers from recorded readings.
-
-    `data` is the layout `read_nvml_raw()` writes (and `shared/fixtures/hardware/*/nvml.json`
-    holds): `{"driver": str, "cuda": int (e.g. 13000), "gpus": [{"index", "name", "uuid",
-    "pci_bus_id", "mem": [total, used, free] bytes, "mem_v2": [total, reserved, free, used],
-    "numa_node", "cpu_affinity": [ulong, ...], "pcie": [gen_cur, width_cur, gen_max,
-    width_max], "cc": [major, minor], "procs": [[pid, used_bytes], ...], "topo": {other_index:
-    nvml level}, "nvlink": [[link, state], ...], "nvlink_remote": [[link, bus_id], ...],
-    "power_limit_mw", "max_clocks": {"sm": MHz, "mem": MHz}}]}`. A value written as
-    `"ERR <reason>"` raises ReplayError(reason); a key that was never recorded raises
-    ReplayError("not recorded: <key>").
-    """
-
-    def __init__(self, data: dict[str, Any]):
-        self.data = data
-        self._gpus = {int(g["index"]): g for g in data.get("gpus", [])}
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> ReplayNvml:
-        """Load readings from a JSON file. Raises ValueError naming the file on bad JSON."""
-        try:
-            return cls(json.loads(Path(path).read_text()))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
-
-    @staticmethod
-    def _val(src: dict[str, Any], key: str) -> Any:
-        if key not in src:
-            raise ReplayError(f"not recorded: {key}")
-        v = src[key]
-        if isinstance(v, str) and v.startswith("ERR "):
-            raise ReplayError(v[4:])
-        return v
-
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
-        self._val(self.data, "gpus")
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        pass
-
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
-        return self._val(self.data, "driver")
-
-    def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
-        return self._val(self.data, "cuda")
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return len(self._gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> dict[str, Any]:  # noqa: N802
-        try:
-            return self._gpus[index]
-        except KeyError:
-            raise ReplayError(f"NVMLError_InvalidArgument(2): no GPU index {index}") from None
-
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> dict[str, Any]:  # noqa: N802
-        for g in self._gpus.values():
-            if g.get("uuid") == _text(uuid):
-                return g
-        raise ReplayError("NVMLError_NotFound(6)")
-
-    def nvmlDeviceGetName(self, h):  # noqa: N802
-        return self._val(h, "name")
-
-    def nvmlDeviceGetUUID(self, h):  # noqa: N802
-        return self._val(h, "uuid")
-
-    def nvmlDeviceGetPciInfo(self, h):  # noqa: N802
-        return _Struct(busId=self._val(h, "pci_bus_id"))
-
-    def nvmlDeviceGetMemoryInfo(self, h, version=None):  # noqa: N802
-        if version:
-            total, reserved, free, used = self._val(h, "mem_v2")
-            return _Struct(total=total, reserved=reserved, free=free, used=used)
-        total, used, free = self._val(h, "mem")
-        return _Struct(total=total, used=used, free=free)
-
-    def nvmlDeviceGetCudaComputeCapability(self, h):  # noqa: N802
-        return tuple(self._val(h, "cc"))
-
-    def _pcie(self, h, k):
-        return self._val(h, "pcie")[k]
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):  # noqa: N802
-        return self._pcie(h, 0)
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):  # noqa: N802
-        return self._pcie(h, 1)
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):  # noqa: N802
-        return self._pcie(h, 2)
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):  # noqa: N802
-        return self._pcie(h, 3)
-
-    def nvmlDeviceGetNvLinkState(self, h, link):  # noqa: N802
-        states = dict((int(k), v) for k, v in self._val(h, "nvlink"))
-        if link not in states:
-            raise ReplayError("NVMLError_InvalidArgument(2)")
-        v = states[link]
-        if isinstance(v, str) and v.startswith("ERR "):
-            raise ReplayError(v[4:])
-        return v
-
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):  # noqa: N802
-        remote = dict((int(k), v) for k, v in self._val(h, "nvlink_remote"))
-        v = remote.get(link, "ERR NVMLError_InvalidArgument(2)")
-        if isinstance(v, str) and v.startswith("ERR "):
-            raise ReplayError(v[4:])
-        return _Struct(busId=v)
-
-    def nvmlDeviceGetPowerManagementLimit(self, h):  # noqa: N802
-        return self._val(h, "power_limit_mw")
-
-    def nvmlDeviceGetMaxClockInfo(self, h, clock):  # noqa: N802
-        clocks = self._val(h, "max_clocks")
-        return self._val(clocks, {NVML_CLOCK_SM: "sm", NVML_CLOCK_MEM: "mem"}[clock])
-
-    def nvmlDeviceGetCpuAffinity(self, h, size):  # noqa: N802
-        return list(self._val(h, "cpu_affinity"))[:size]
-
-    def nvmlDeviceGetNumaNodeId(self, h):  # noqa: N802
-        return self._val(h, "numa_node")
-
-    def nvmlDeviceGetTopologyCommonAncestor(self, h1, h2):  # noqa: N802
-        topo = self._val(h1, "topo")
-        key = str(h2["index"])
-        if key not in topo:
-            raise ReplayError(f"not recorded: topo[{key}]")
-        return topo[key]
-
-    def nvmlDeviceGetComputeRunningProcesses(self, h):  # noqa: N802
-        return [_Struct(pid=p, usedGpuMemory=m) for p, m in self._val(h, "procs")]
-
-
-def _load_pynvml():
-    import pynvml  # nvidia-ml-py
-
-    return pynvml
-
-
-def read_nvml_raw(nvml: Any = None) -> dict[str, Any]:
-    """Record every NVML reading `collect_inventory` and the preflight use, in `ReplayNvml`'s layout.
-
-    Each failed query is stored as `"ERR <reason>"`. Initialises and shuts down NVML itself.
-    Raises whatever `nvmlInit` raises (no NVML on this host).
-    """
-    nv = nvml if nvml is not None else _load_pynvml()
-    nv.nvmlInit()
-    try:
-
-        def rec(fn: Callable[..., Any], *args: Any, post: Callable[[Any], Any] = int) -> Any:
-            try:
-                return post(fn(*args))
-            except Exception as exc:  # noqa: BLE001 - each query is recorded on its own
-                return "ERR " + nvml_error_text(exc)
-
-        def mem1(h: Any) -> list[int]:
-            m = nv.nvmlDeviceGetMemoryInfo(h)
-            return [int(m.total), int(m.used), int(m.free)]
-
-        def mem2(h: Any) -> list[int]:
-            m = nv.nvmlDeviceGetMemoryInfo(h, version=NVML_MEMORY_V2)
-            return [int(m.total), int(m.reserved), int(m.free), int(m.used)]
-
-        def procs(h: Any) -> list[list[int]]:
-            return [
-                [int(p.pid), int(p.usedGpuMemory or 0)] for p in nv.nvmlDeviceGetComputeRunningProcesses(h)
-            ]
-
-        def bus(info: Any) -> str:
-            return _text(info.busId)
-
-        out: dict[str, Any] = {
-            "driver": rec(nv.nvmlSystemGetDriverVersion, post=_text),
-            "cuda": rec(nv.nvmlSystemGetCudaDriverVersion),
-            "gpus": [],
-        }
-        n = nv.nvmlDeviceGetCount()
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-        for i, h in enumerate(handles):
-            g: dict[str, Any] = {"index": i}
-            g["name"] = rec(nv.nvmlDeviceGetName, h, post=_text)
-            g["uuid"] = rec(nv.nvmlDeviceGetUUID, h, post=_text)
-            g["pci_bus_id"] = rec(nv.nvmlDeviceGetPciInfo, h, post=bus)
-            g["mem"] = rec(mem1, h, post=list)
-            g["mem_v2"] = rec(mem2, h, post=list)
-            g["numa_node"] = rec(nv.nvmlDeviceGetNumaNodeId, h)
-            g["cpu_affinity"] = rec(nv.nvmlDeviceGetCpuAffinity, h, 64, post=lambda ws: [int(w) for w in ws])
-            g["pcie"] = [
-                rec(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
-                rec(nv.nvmlDeviceGetCurrPcieLinkWidth, h),
-                rec(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
-                rec(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
-            ]
-            g["cc"] = rec(nv.nvmlDeviceGetCudaComputeCapability, h, post=list)
-            g["procs"] = rec(procs, h, post=list)
-            g["topo"] = {
-                str(j): rec(nv.nvmlDeviceGetTopologyCommonAncestor, h, h2)
-                for j, h2 in enumerate(handles)
-                if j != i
-            }
-            links, remote = [], []
-            for link in range(NVML_NVLINK_MAX_LINKS):
-                state = rec(nv.nvmlDeviceGetNvLinkState, h, link)
-                links.append([link, state])
-                if isinstance(state, str):
-                    break
-                if state:
-                    remote.append([link, rec(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link, post=bus)])
-            g["nvlink"] = links
-            g["nvlink_remote"] = remote
-            g["power_limit_mw"] = rec(nv.nvmlDeviceGetPowerManagementLimit, h)
-            g["max_clocks"] = {
-                "sm": rec(nv.nvmlDeviceGetMaxClockInfo, h, NVML_CLOCK_SM),
-                "mem": rec(nv.nvmlDeviceGetMaxClockInfo, h, NVML_CLOCK_MEM),
-            }
-            out["gpus"].append(g)
-        return out
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-# ----------------------------------------------------------------------------------------------
 # Collection
 
 
@@ -465,24 +208,15 @@ def _guard(missing: dict[str, str], name: str, fn: Callable[[], Any]) -> Any:
         return None
 
 
-def gpu_used_mib(nv: Any, handle: Any) -> int:
-    """GPU memory in use (MiB): NVML's v2 `used` (driver-reserved memory excluded, as nvidia-smi
-    shows it) where available, else v1 `used`."""
-    try:
-        return int(nv.nvmlDeviceGetMemoryInfo(handle, version=NVML_MEMORY_V2).used) // MIB
-    except Exception:  # noqa: BLE001 - older drivers/bindings lack v2
-        return int(nv.nvmlDeviceGetMemoryInfo(handle).used) // MIB
-
-
 def _read_gpu(
     nv: Any, index: int, handle: Any, sysfs_root: Path, node_cpus: dict[int, set[int]]
 ) -> tuple[GpuInfo, int | None]:
     """Read one GPU; also returns the single NUMA node holding all its affine CPUs (or None)."""
     g = GpuInfo(index=index)
     miss = g.missing
-    g.uuid = _guard(miss, "uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle)))
-    g.name = _guard(miss, "name", lambda: _text(nv.nvmlDeviceGetName(handle)))
-    g.pci_bus_id = _guard(miss, "pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(handle).busId))
+    g.uuid = _guard(miss, "uuid", lambda: nvml_str(nv.nvmlDeviceGetUUID(handle)))
+    g.name = _guard(miss, "name", lambda: nvml_str(nv.nvmlDeviceGetName(handle)))
+    g.pci_bus_id = _guard(miss, "pci_bus_id", lambda: nvml_str(nv.nvmlDeviceGetPciInfo(handle).busId))
     g.memory_total_mib = _guard(
         miss, "memory_total_mib", lambda: int(nv.nvmlDeviceGetMemoryInfo(handle).total) // MIB
     )
@@ -509,7 +243,7 @@ def _read_gpu(
             break
         if states[-1]:
             try:
-                remote[link] = _text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+                remote[link] = nvml_str(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
             except Exception as exc:  # noqa: BLE001
                 miss.setdefault("nvlink_remote", nvml_error_text(exc))
     g.nvlink = states or None
@@ -654,7 +388,7 @@ def collect_inventory(
 ) -> HostInventory:
     """Inventory this host. Never raises for a missing GPU, NVML, nvidia-smi or query.
 
-    `nvml`: a pynvml-like object (default: `import pynvml`; `ReplayNvml` replays recordings).
+    `nvml`: a pynvml-like object (default: `import pynvml`; `tests/nvml_replay.ReplayNvml` replays recordings).
     `run_cmd(argv) -> stdout` runs `nvidia-smi topo -m` (default: subprocess; raise on failure).
     `sysfs_root`/`proc_root` are read for NUMA nodes (`<sysfs>/bus/pci/devices/<bus id>/numa_node`,
     `<sysfs>/devices/system/node/node*/cpulist`) and the CPU model (`<proc>/cpuinfo`).
@@ -672,7 +406,7 @@ def collect_inventory(
     nv = nvml
     if nv is None:
         try:
-            nv = _load_pynvml()
+            nv = load_pynvml()
         except ImportError as exc:
             inv.missing["gpus"] = f"pynvml (nvidia-ml-py) not importable: {exc}"
             return inv
@@ -683,7 +417,7 @@ def collect_inventory(
         return inv
     try:
         inv.driver_version = _guard(
-            inv.missing, "driver_version", lambda: _text(nv.nvmlSystemGetDriverVersion())
+            inv.missing, "driver_version", lambda: nvml_str(nv.nvmlSystemGetDriverVersion())
         )
         cuda = _guard(inv.missing, "cuda_driver_version", nv.nvmlSystemGetCudaDriverVersion)
         if cuda is not None:
@@ -758,11 +492,11 @@ def nvlink_peers(inv: HostInventory) -> dict[int, list[int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m benchkit.inventory [--raw]`: print this host's inventory (or raw NVML readings) as JSON."""
+    """`python -m benchkit.hosts.inventory [--raw]`: print this host's inventory (or raw NVML readings) as JSON."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("--raw", action="store_true", help="print raw NVML readings (ReplayNvml layout)")
+    p.add_argument("--raw", action="store_true", help="print raw NVML readings (replayed by tests/nvml_replay.py)")
     args = p.parse_args(argv)
     data = read_nvml_raw() if args.raw else collect_inventory().to_dict()
     print(json.dumps(data, indent=1, sort_keys=True))

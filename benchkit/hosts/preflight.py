@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchkit.inventory import MIB, _load_pynvml, _text, gpu_used_mib, nvml_error_text
+from benchkit.hosts.nvml import MIB, gpu_used_mib, load_pynvml, nvml_error_text, nvml_str
 
 MODEL_MISSING = "model_missing"
 MODEL_INCOMPLETE = "model_incomplete"
@@ -247,10 +247,10 @@ def check_cuda_init(
     backend: str = "auto",
     python: str | None = None,
 ) -> CheckResult:
-    """Initialise CUDA on exactly these GPUs in a child process (`python -m benchkit.cuda_probe`).
+    """Initialise CUDA on exactly these GPUs in a child process (`python -m benchkit.hosts.cuda_probe`).
 
     The child runs with `CUDA_DEVICE_ORDER=PCI_BUS_ID` and `CUDA_VISIBLE_DEVICES=<uuids>` and
-    allocates a little memory on each device (see benchkit.cuda_probe). No UUIDs: skipped.
+    allocates a little memory on each device (see benchkit.hosts.cuda_probe). No UUIDs: skipped.
     Raises `host_env_error` with the child's message when it fails, times out after
     `timeout_s`, prints no JSON, or sees a different number of devices (or different UUIDs)
     than asked for. `data` is the child's JSON report.
@@ -264,7 +264,7 @@ def check_cuda_init(
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
     env["PYTHONPATH"] = _repo_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    argv = [python or sys.executable, "-m", "benchkit.cuda_probe", "--backend", backend]
+    argv = [python or sys.executable, "-m", "benchkit.hosts.cuda_probe", "--backend", backend]
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -299,7 +299,7 @@ def check_cuda_init(
 
 
 def _open_nvml(nvml: Any) -> Any:
-    nv = nvml if nvml is not None else _load_pynvml()
+    nv = nvml if nvml is not None else load_pynvml()
     try:
         nv.nvmlInit()
     except Exception as exc:  # noqa: BLE001
@@ -332,7 +332,7 @@ def gpu_memory_used(gpu_uuids: Sequence[str], nvml: Any = None) -> dict[str, dic
                 raise PreflightError(
                     HOST_ENV_ERROR, f"NVML cannot read GPU {uuid}: {nvml_error_text(exc)}"
                 ) from None
-            out[_text(uuid)] = {"used_mib": used, "procs": procs}
+            out[nvml_str(uuid)] = {"used_mib": used, "procs": procs}
     finally:
         try:
             nv.nvmlShutdown()

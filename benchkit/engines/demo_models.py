@@ -139,7 +139,7 @@ GENERATION_CONFIG = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_
 
 README = """# draftboard demo model ({role})
 
-Random-weight demo model built locally by `benchkit.demo_models.build_demo_models`
+Random-weight demo model built locally by `benchkit.engines.demo_models.build_demo_models`
 (no download). It holds only a config and a tokenizer: serve it with `--load-format dummy`.
 Its outputs are random text and every number measured on it (speed, acceptance) is
 meaningless except as a test of the measuring pipeline. `config.json` carries

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchkit import promcounters as pc
+from benchkit.measure import counters as pc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 AFTER = FIXTURES / "vllm-metrics-specdecode.txt"
@@ -257,7 +257,7 @@ def test_real_vllm_server_counters_move(demo_models, tmp_path):
     completions and give a consistent window (invariants only: the demo weights are random)."""
     import sys
 
-    from benchkit.server import ManagedServer
+    from benchkit.engines.server import ManagedServer
 
     port = int(os.environ.get("DRAFTBOARD_TEST_VLLM_PORT", "8199"))
     k = 3

@@ -47,9 +47,9 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from benchkit.logs import MessageEvent, RequestLog
+from benchkit.measure.logs import MessageEvent, RequestLog
+from benchkit.measure.workloads import Prompt, build_prompts
 from benchkit.specs import WorkloadSpec
-from benchkit.workloads import Prompt, build_prompts
 
 APIS = ("completions", "chat")
 
@@ -225,7 +225,7 @@ async def run_load(
 
     `prompts`: the first `workload.n_warmup` are warmup prompts, the next
     `workload.num_prompts` the measured ones; when None they are built with
-    `benchkit.workloads.build_prompts` against the server's tokenizer. `request_timeout_s`:
+    `benchkit.measure.workloads.build_prompts` against the server's tokenizer. `request_timeout_s`:
     limit for one whole request (s). `progress(done, total)` is called after each measured
     request finishes (`total` = num_prompts; warmup requests are not counted).
     `on_window_start()` is called once after warmup, just before the first measured send (e.g.

@@ -2,12 +2,12 @@
 
 A run is `succeeded` only when no rule below is broken; otherwise it is `failed` (or
 `invalidated`) with the first broken rule's code as its reason. `check_run` is pure: it reads the
-request logs, the run's flat metrics (`benchkit.metrics.RunMetrics.to_flat()`) and facts the
+request logs, the run's flat metrics (`benchkit.measure.metrics.RunMetrics.to_flat()`) and facts the
 runner observed (readiness, teardown, GPU checks), and returns every broken rule.
 
 Besides the failure codes there is one mark that is *not* a failure: `suspect` (the server's
 acceptance length and the client's estimates disagree by more than 15 %, see
-`benchkit.promcounters.cross_check`). A suspect run still counts; the dashboard flags it.
+`benchkit.measure.counters.cross_check`). A suspect run still counts; the dashboard flags it.
 Use `failures()` to keep only the codes that stop a run from counting.
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchkit.logs import RequestLog
-from benchkit.metrics import request_metrics
-from benchkit.promcounters import cross_check
+from benchkit.measure.counters import cross_check
+from benchkit.measure.logs import RequestLog
+from benchkit.measure.metrics import request_metrics
 
 #: Reason code -> human text. Every code `check_run` can return is here.
 REASON_CODES: dict[str, str] = {
@@ -128,7 +128,7 @@ def check_run(
       `input_len` (the same 95 % share as for output; a chat template or a tokenizer mismatch
       shifts every request and breaks it). Skipped when no request carries `prompt_tokens`.
     - Facts the runner observed; None means "not checked" and breaks nothing:
-      `server_ready`; `teardown` (a `benchkit.teardown.TeardownReport` or its `asdict` form,
+      `server_ready`; `teardown` (a `benchkit.hosts.teardown.TeardownReport` or its `asdict` form,
       whose `clean` gives `teardown_incomplete` and whose optional `gpus_freed` /
       `gpus_message` keys give `gpus_not_freed`) or `teardown_clean`; `gpus_idle_before`;
       `gpus_freed_after` (wins over the teardown dict's `gpus_freed`).

@@ -1,8 +1,9 @@
-"""Administrative writes: invalidate runs, clear a host's quarantine."""
+"""Invalidating runs: an administrator takes finished runs out of every chart, with a reason;
+they stay stored for audit."""
 
 from __future__ import annotations
 
-from runs.models import Host, RunState
+from runs.models import RunState
 from runs.services.transitions import IllegalTransition, transition
 
 
@@ -25,10 +26,3 @@ def invalidate_runs(runs, reason: str) -> tuple[int, list[str]]:
         except IllegalTransition as exc:
             skipped.append(str(exc))
     return done, skipped
-
-
-def clear_quarantine(hosts) -> int:
-    """Let quarantined hosts take runs again. Returns how many were cleared."""
-    return Host.objects.filter(pk__in=[h.pk for h in hosts], quarantined=True).update(
-        quarantined=False, quarantine_reason="", quarantined_at=None)
-

@@ -7,7 +7,7 @@ Rules (docs/DOMAIN.md, "A TP4 run loaded on GPUs 1-4 instead of 0-3"):
    (an island first: TP all-reduce traffic rides NVLink where there is one, whereas a NUMA
    crossing then costs only host-side traffic);
 3. among those, the best-connected set: highest worst-pair link quality, then highest sum of
-   pair qualities (`benchkit.topology.link_quality`: NV# > PIX > PXB > PHB > NODE > SYS);
+   pair qualities (`benchkit.hosts.topology.link_quality`: NV# > PIX > PXB > PHB > NODE > SYS);
 4. then the lowest indices (lexicographic), so the choice is deterministic.
 
 When no set satisfies rule 2, the best remaining set is taken and the `Allocation` records
@@ -21,9 +21,9 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from benchkit.inventory import HostInventory
+from benchkit.hosts.inventory import HostInventory
+from benchkit.hosts.topology import TopoMatrix, link_quality
 from benchkit.specs import GpuRef
-from benchkit.topology import TopoMatrix, link_quality
 
 #: Above this many candidate sets, the search is restricted (see `_candidates`).
 MAX_COMBINATIONS = 200_000
@@ -206,16 +206,31 @@ def choose_gpus(
 
 
 def plan_sweep_gpus(
-    source: HostInventory | TopoMatrix, tps: Iterable[int], busy: Iterable[int] = ()
-) -> dict[int, list[int]]:
-    """TP degree -> GPU indices, one fixed set per TP degree for every run of a sweep.
+    source: HostInventory | TopoMatrix,
+    tps: Iterable[int],
+    pinned: dict[int, Sequence[int]] | None = None,
+    busy: Iterable[int] = (),
+) -> dict[int, Allocation]:
+    """TP degree -> its Allocation, one fixed GPU set per TP degree for every run of a sweep.
 
     Every run of one TP degree gets the same GPUs, so results of that degree compare on the
-    same hardware (the TP1-on-GPU1-vs-GPU0 problem in docs/DOMAIN.md). Raises
-    AllocationError for a TP degree the host cannot hold.
+    same hardware (the TP1-on-GPU1-vs-GPU0 problem in docs/DOMAIN.md). `pinned` maps a TP
+    degree to the GPU indices a sweep file pins for it; the others are chosen from the
+    topology (`choose_gpus`). On a host without GPUs (an inventory with none) every TP degree
+    gets an empty Allocation when all are 1 (CPU servers take no GPU). Raises AllocationError
+    for a TP degree the host cannot hold, or TP > 1 on a host without GPUs.
     """
+    tps = sorted(set(tps))
     busy = list(busy)
-    return {tp: choose_gpus(source, tp, busy=busy).indices for tp in sorted(set(tps))}
+    pinned = pinned or {}
+    if isinstance(source, HostInventory) and not source.gpus:
+        if tps and tps[-1] > 1:
+            raise AllocationError(f"host {source.hostname} has no GPUs (its latest inventory), so TP {tps[-1]} "
+                                  "cannot run there; record the inventory of the GPU host")
+        return {tp: Allocation(indices=[], uuids=[], numa_nodes=[], crosses_numa=False,
+                               crosses_nvlink_island=False, reason="host without GPUs: the server runs on the CPU")
+                for tp in tps}
+    return {tp: choose_gpus(source, tp, busy=busy, pinned=pinned.get(tp)) for tp in tps}
 
 
 def inconsistent_tp_gpus(runs: Iterable[tuple[int, Sequence[str]]]) -> list[int]:

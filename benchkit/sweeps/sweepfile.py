@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -225,7 +224,7 @@ class SweepSpec:
     slo: dict[str, float] = field(default_factory=dict)
     repeats: int = 1
     #: GPUs pinned per TP degree (NVML indices), from the file's `gpus:`; others are planned
-    #: from the host topology (benchkit.allocation.plan_sweep_gpus).
+    #: from the host topology (benchkit.hosts.allocation.plan_sweep_gpus).
     pinned_gpus: dict[int, list[int]] = field(default_factory=dict)
     #: Runs that differ only in workload share one server start (MEASUREMENT.md, "Reusing a
     #: server between points"); false gives every run a server of its own.
@@ -285,7 +284,7 @@ class SweepSpec:
         (the runner allocates at run time). DDTree variants get prefix caching off.
         `is_demo_model` is set when the model's config.json carries `draftboard_demo: true`.
         """
-        from benchkit.demo_models import is_demo_model
+        from benchkit.engines.demo_models import is_demo_model
 
         runs: list[RunSpec] = []
         g = self.grid
@@ -345,61 +344,6 @@ class SweepSpec:
 
 def _needs_drafter(variant: MethodVariant) -> bool:
     return variant.method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") or bool(variant.drafter)
-
-
-#: Fields of ServerConfig / WorkloadSpec that define a benchmark point (not where or how long).
-_POINT_SERVER_FIELDS = (
-    "engine",
-    "engine_build",
-    "model",
-    "drafter",
-    "method",
-    "num_speculative_tokens",
-    "tree_budget",
-    "tp",
-    "dtype",
-    "max_model_len",
-    "load_format",
-    "prefix_caching",
-    "extra_args",
-    "env",
-    "endpoint_url",
-)
-_POINT_WORKLOAD_FIELDS = (
-    "dataset",
-    "dataset_path",
-    "input_len",
-    "output_len",
-    "num_prompts",
-    "concurrency",
-    "request_rate",
-    "burstiness",
-    "ignore_eos",
-    "temperature",
-    "seed",
-)
-
-
-def point_key(spec: RunSpec) -> str:
-    """Stable natural key of a run's benchmark point, for de-duplication ("already done").
-
-    Canonical JSON (sorted keys, no spaces) of everything that defines the measurement: the
-    server fields that forbid sharing a server (engine, build, model, drafter, method, k, tree
-    budget, TP, dtype, max_model_len, load format, prefix caching, extra args, env, endpoint),
-    the workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
-    temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup.
-    """
-    s, w = spec.server, spec.workload
-    key = {
-        "server": {f: getattr(s, f) for f in _POINT_SERVER_FIELDS},
-        "workload": {f: getattr(w, f) for f in _POINT_WORKLOAD_FIELDS},
-        "repeat": spec.repeat_index,
-    }
-    return json.dumps(key, sort_keys=True, separators=(",", ":"))
-
-
-# --------------------------------------------------------------------------------------------
-# parsing
 
 
 class _Ctx:
@@ -777,7 +721,7 @@ def _check_against_flags(ctx: _Ctx, spec: SweepSpec, grid_d: Any) -> None:
     """Every (method, build) must be defined in engine_flags.yaml for the engine."""
     if spec.engine == "external":
         return
-    from benchkit.engines import EngineConfigError, adapter_for
+    from benchkit.engines.adapters import EngineConfigError, adapter_for
 
     adapter = adapter_for(spec.engine)
     methods_node = grid_d.get("methods")
@@ -820,3 +764,15 @@ def loads_sweep(text: str, source: str = "<text>", variables: dict[str, str] | N
         problem = getattr(exc, "problem", None) or str(exc)
         raise SweepError(source, mark.line + 1 if mark else None, "", f"invalid YAML: {problem}") from None
     return parse_sweep(data, source, variables)
+
+
+def parse_variables(items: list[str]) -> dict[str, str]:
+    """`--set KEY=VALUE` command-line options as the `variables` that fill a sweep file's `{KEY}`
+    placeholders. Raises ValueError naming an item without '='."""
+    variables = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        variables[key] = value
+    return variables

@@ -1,7 +1,7 @@
 """Stop a server's whole process group and prove that nothing of it is left.
 
 Inference servers fork workers (vLLM's engine core and TP workers, SGLang's schedulers), so
-stopping only the parent pid leaves GPU memory held. `benchkit.server.ManagedServer` starts
+stopping only the parent pid leaves GPU memory held. `benchkit.engines.server.ManagedServer` starts
 every server as the leader of a new session (`start_new_session=True`), so its pid is also its
 process-group id, and this module stops that group: SIGTERM, wait, SIGKILL, then verify.
 """

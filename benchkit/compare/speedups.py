@@ -1,6 +1,7 @@
 """Speedup matching (MEASUREMENT.md "Comparing runs"), pure functions over point dicts.
 
-A point is one succeeded run flattened by `point_from_run`. Two points are comparable when
+A point is one succeeded run flattened into a dict (`runs.selectors.point_from_run` does it for
+stored runs). Two points are comparable when
 they differ in the decoding method only: same engine and engine version/build, model, GPUs
 (by UUID; falling back to GPU model + TP is NOT done here: within one sweep the GPUs are
 planned per TP), TP, and workload (dataset, input and output length, concurrency, request
@@ -17,33 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.allocation import inconsistent_tp_gpus
+from benchkit.hosts.allocation import inconsistent_tp_gpus
 
 MATCH_FIELDS = ("engine", "engine_version", "engine_build", "model", "gpu_uuids", "tp", "dataset", "input_len",
                 "output_len", "concurrency", "request_rate", "temperature", "seed")
 CONFIG_FIELDS = ("method", "num_speculative_tokens", "tree_budget", "drafter")
-
-
-def point_from_run(run: Any) -> dict[str, Any]:
-    """Flatten a succeeded Run with metrics into the dict the functions here use.
-
-    Output: match fields, config fields, `run_id`, `label`, `repeat_index`,
-    `output_throughput` (tok/s), `median_tpot_ms`, `acceptance_length`.
-    """
-    m = run.metrics
-    return {
-        "run_id": run.pk,
-        "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
-        "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []), "tp": run.tp,
-        "dataset": run.dataset, "input_len": run.input_len, "output_len": run.output_len,
-        "concurrency": run.concurrency, "request_rate": run.request_rate, "temperature": run.temperature,
-        "seed": run.seed, "method": run.method, "num_speculative_tokens": run.num_speculative_tokens,
-        "tree_budget": run.tree_budget, "drafter": run.drafter, "label": run.method_label,
-        "repeat_index": run.repeat_index, "output_throughput": m.output_throughput,
-        "median_tpot_ms": m.median_tpot_ms, "median_ttft_ms": m.median_ttft_ms,
-        "acceptance_length": m.acceptance_length, "acceptance_rate": m.acceptance_rate,
-        "mean_tokens_per_chunk": m.mean_tokens_per_chunk,
-    }
 
 
 def match_key(p: dict[str, Any]) -> tuple:
@@ -120,5 +99,5 @@ def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
 
 def inconsistent_gpu_tps(points: list[dict[str, Any]]) -> list[int]:
     """TP degrees whose runs did not all use the same GPUs (DOMAIN.md: TP1 on GPU1 vs GPU0);
-    see benchkit.allocation.inconsistent_tp_gpus."""
+    see benchkit.hosts.allocation.inconsistent_tp_gpus."""
     return inconsistent_tp_gpus([(p["tp"], list(p["gpu_uuids"])) for p in points])

@@ -1,10 +1,10 @@
 """A managed inference-server process: start in its own process group, wait until ready, stop.
 
-`ManagedServer` starts the argv from `benchkit.engines.EngineAdapter.build_argv` with
+`ManagedServer` starts the argv from `benchkit.engines.adapters.EngineAdapter.build_argv` with
 `subprocess.Popen(..., start_new_session=True)`, so the server is the leader of a new session and
 its pid is its process-group id; every worker it forks (vLLM's engine core and TP workers,
 SGLang's schedulers) stays in that group, and `stop()` tears the whole group down through
-`benchkit.teardown.stop_process_group`. stdout and stderr go to one log file.
+`benchkit.hosts.teardown.stop_process_group`. stdout and stderr go to one log file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import IO
 
 import httpx
 
-from benchkit.teardown import TeardownReport, stop_process_group
+from benchkit.hosts.teardown import TeardownReport, stop_process_group
 
 
 class ServerStartError(RuntimeError):
