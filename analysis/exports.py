@@ -15,12 +15,15 @@ import pandas as pd
 
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
+from benchkit.measure.metrics import SUMMARY_FIELDS
+from runs.selectors import window_of
 
+#: (point key, column header): the run's configuration, its speedup, then the schema's summary
+#: metrics (benchkit.measure.metrics.SUMMARY_FIELDS, headed with their label and unit).
 COLUMNS = [
     ("run_id", "run"), ("label", "method"), ("tp", "TP"), ("concurrency", "concurrency"),
-    ("output_len", "output tokens"), ("output_throughput", "output tok/s"), ("speedup", "speedup"),
-    ("baseline_run_ids", "baseline run"), ("acceptance_length", "tau"), ("median_ttft_ms", "median TTFT ms"),
-    ("median_tpot_ms", "median TPOT ms"),
+    ("output_len", "output tokens"), ("speedup", "speedup"), ("baseline_run_ids", "baseline run"),
+    *((f.name, f.header) for f in SUMMARY_FIELDS),
 ]
 
 
@@ -58,13 +61,13 @@ def run_export(run) -> dict[str, Any]:
     meta = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine,
         "label": run.method_label, "date": run.finished_at, "num_prompts": run.num_prompts,
-        "concurrency": run.concurrency, "request_rate": run.request_rate, "spec_decode": m.spec_decode or None,
+        "concurrency": run.concurrency, "request_rate": run.request_rate,
         "engine_version": run.engine_version, "engine_commit": run.engine_commit, "method": run.method,
         "num_speculative_tokens": run.num_speculative_tokens, "tree_budget": run.tree_budget, "tp": run.tp,
         "gpus": run.gpus, "input_len": run.input_len, "output_len": run.output_len, "argv": run.argv,
         "is_demo_model": run.is_demo_model, "source_tool": m.source_tool,
     }
-    return export_vllm_layout(m.data, meta)
+    return export_vllm_layout(window_of(m), meta, spec_source=m.spec_source or None)
 
 
 def sweep_json(sweep, runs) -> dict[str, Any]:

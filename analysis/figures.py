@@ -11,9 +11,11 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
-from benchkit.compare.speedups import Speedup
+from benchkit.compare.speedups import SPEED_FIELD, Speedup
+from benchkit.measure.metrics import METRICS
 
 _LAYOUT = dict(margin=dict(l=60, r=20, t=50, b=60), template="plotly_white", height=380)
 
@@ -60,19 +62,19 @@ def speedup_figure(speedups: list[Speedup], points_by_run: dict[int, dict]) -> d
 
 
 def throughput_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Lines: output tok/s vs concurrency, one line per (method, TP); repeats as median."""
-    import numpy as np
-
+    """Lines: output tok/s vs concurrency, one line per (method, TP); repeats as median; points
+    whose output tok/s is unknown are left out."""
     series: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
-        series[(p["label"], p["tp"])][p["concurrency"]].append(p["output_throughput"])
+        if p[SPEED_FIELD] is not None:
+            series[(p["label"], p["tp"])][p["concurrency"]].append(p[SPEED_FIELD])
     fig = go.Figure()
     for (label, tp), by_c in sorted(series.items()):
         cs = sorted(by_c)
         fig.add_scatter(name=f"{label} · TP{tp}", x=cs, y=[float(np.median(by_c[c])) for c in cs],
                         mode="lines+markers")
     fig.update_layout(title="Output throughput vs concurrency", xaxis_title="concurrent requests",
-                      yaxis_title="output tok/s", **_LAYOUT)
+                      yaxis_title=METRICS[SPEED_FIELD].header, **_LAYOUT)
     fig.update_xaxes(type="category")
     return _to_dict(fig)
 
@@ -81,8 +83,6 @@ def acceptance_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Bars: mean acceptance length tau per speculative method (server counters), with the
     client's mean tokens per chunk beside it as a cross-check. Methods without drafts
     (auto) have no tau and are left out."""
-    import numpy as np
-
     taus: dict[str, list[float]] = defaultdict(list)
     chunks: dict[str, list[float]] = defaultdict(list)
     for p in points:
@@ -93,11 +93,11 @@ def acceptance_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
             chunks[p["label"]].append(p["mean_tokens_per_chunk"])
     labels = sorted(taus)
     fig = go.Figure()
-    fig.add_bar(name="tau (server counters)", x=labels, y=[float(np.mean(taus[lab])) for lab in labels])
-    fig.add_bar(name="tokens per chunk (client)", x=labels,
+    tau, chunk = METRICS["acceptance_length"], METRICS["mean_tokens_per_chunk"]
+    fig.add_bar(name=f"{tau.label} (server counters)", x=labels, y=[float(np.mean(taus[lab])) for lab in labels])
+    fig.add_bar(name=f"{chunk.label} (client)", x=labels,
                 y=[float(np.mean(chunks[lab])) if chunks[lab] else None for lab in labels])
-    fig.update_layout(title="Acceptance length per method", barmode="group", yaxis_title="tokens per step",
-                      **_LAYOUT)
+    fig.update_layout(title="Acceptance length per method", barmode="group", yaxis_title=tau.unit, **_LAYOUT)
     return _to_dict(fig)
 
 

@@ -116,7 +116,7 @@ def run_draftboard(url: str, workload: WorkloadSpec, prompts: list[Prompt], gap_
     res = run_load_sync(url, MODEL, workload, prompts=prompts, request_timeout_s=120)
     m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
     return {
-        "tok_s": m.output_throughput,
+        "tok_s": m.output_throughput_tok_s,
         "duration": m.duration_s,
         "completed": m.completed,
         "failed": m.failed,

@@ -43,20 +43,17 @@ from benchkit.engines.adapters import adapter_for  # noqa: E402
 from benchkit.engines.demo_models import build_demo_models  # noqa: E402
 from benchkit.engines.server import ManagedServer  # noqa: E402
 from benchkit.measure.loadgen import run_load_sync  # noqa: E402
-from benchkit.measure.metrics import compute_run_metrics  # noqa: E402
+from benchkit.measure.metrics import METRICS, compute_run_metrics  # noqa: E402
 from benchkit.measure.workloads import Prompt, build_prompts  # noqa: E402
 from benchkit.specs import ServerConfig, WorkloadSpec  # noqa: E402
 
 SERVED_NAME = "demo"
 
-#: (label, draftboard to_flat key, vllm result key). vLLM's "itl" is draftboard's ICL.
-COMPARED = (
-    ("median TTFT (ms)", "median_ttft_ms", "median_ttft_ms"),
-    ("median TPOT (ms/token)", "median_tpot_ms", "median_tpot_ms"),
-    ("output tok/s", "output_throughput", "output_throughput"),
-    ("median ICL = vLLM 'ITL' (ms)", "median_icl_ms", "median_itl_ms"),
-    ("mean ICL = vLLM mean 'ITL' (ms)", "mean_icl_ms", "mean_itl_ms"),
-)
+#: (label, WindowMetrics field, vllm result key): the key is the schema's `vllm_key` (vLLM's
+#: "itl" is draftboard's ICL).
+COMPARED = tuple((f"{METRICS[name].header} = vLLM {METRICS[name].vllm_key}", name, METRICS[name].vllm_key)
+                 for name in ("median_ttft_ms", "median_tpot_ms", "output_throughput_tok_s", "median_icl_ms",
+                              "mean_icl_ms"))
 
 
 def free_port() -> int:
@@ -75,9 +72,9 @@ def write_custom_dataset(prompts: list[Prompt], path: Path) -> None:
 
 
 def run_draftboard(base_url: str, workload: WorkloadSpec, prompts: list[Prompt], timeout_s: float) -> dict:
-    """One draftboard run; returns `RunMetrics.to_flat()` (vLLM key layout plus ICL etc.)."""
+    """One draftboard run; returns its `WindowMetrics.to_dict()` (field names, units in them)."""
     res = run_load_sync(base_url, SERVED_NAME, workload, prompts=prompts, request_timeout_s=timeout_s)
-    return compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns).to_flat()
+    return compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns).to_dict()
 
 
 def run_vllm_bench(
@@ -237,17 +234,15 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nITL definitions side by side (mean over rounds; vLLM has no per-token ITL):")
     rows = [
-        ["gap per message, median (ms): vLLM 'ITL' / draftboard ICL",
-         db("median_icl_ms"), vl("median_itl_ms")],
-        ["gap per message, mean (ms): vLLM 'ITL' / draftboard ICL", db("mean_icl_ms"), vl("mean_itl_ms")],
-        ["gap per message, p99 (ms): vLLM 'ITL' / draftboard ICL", db("p99_icl_ms"), vl("p99_itl_ms")],
+        *([f"gap per message, {stat} (ms): vLLM 'ITL' / draftboard ICL", db(f"{stat}_icl_ms"),
+           vl(METRICS[f"{stat}_icl_ms"].vllm_key)] for stat in ("median", "mean", "p99")),
         ["per-token ITL, median (ms/token): draftboard ITL", db("median_itl_ms"), None],
         ["per-token ITL, mean (ms/token): draftboard ITL", db("mean_itl_ms"), None],
         ["tokens per message, mean (draftboard)", db("mean_tokens_per_chunk"), None],
     ]
     print_table(["quantity", "draftboard", "vllm bench"], rows)
     if args.speculative:
-        acc = [x.get("spec_decode_acceptance_length") for x in vl_runs[:n]]
+        acc = [x.get(METRICS["acceptance_length"].vllm_key) for x in vl_runs[:n]]
         print(f"vLLM bench acceptance length (server counters) per round: {[fmt(a) for a in acc]}")
 
     bad = [(label, q) for label, q, ok in verdicts if not ok]

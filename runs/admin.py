@@ -9,6 +9,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from benchkit.hosts.allocation import AllocationError
+from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.sweeps.sweepfile import SweepError
 from runs import models
 from runs.forms import InvalidateForm, SweepYamlForm
@@ -145,10 +146,10 @@ class RunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # an invalidated run stays for audit
 
-    @admin.display(description="output tok/s", ordering="metrics__output_throughput")
+    @admin.display(description="output tok/s", ordering="metrics__output_throughput_tok_s")
     def output_tok_s(self, obj):
         m = getattr(obj, "metrics", None)
-        return f"{m.output_throughput:.1f}" if m else "—"
+        return f"{m.output_throughput_tok_s:.1f}" if m and m.output_throughput_tok_s is not None else "—"
 
     @admin.action(description="Invalidate selected runs (asks for a reason)")
     def invalidate(self, request, queryset):
@@ -171,8 +172,7 @@ class RunAdmin(admin.ModelAdmin):
 
 @admin.register(models.RunMetrics)
 class RunMetricsAdmin(AuditReadOnly, admin.ModelAdmin):
-    list_display = ("run", "output_throughput", "median_ttft_ms", "median_tpot_ms", "acceptance_length",
-                    "error_rate", "source_tool")
+    list_display = ("run", *(f.name for f in SUMMARY_FIELDS), "error_rate", "source_tool")
     list_filter = ("source_tool",)
     readonly_fields = [f.name for f in models.RunMetrics._meta.fields]
 

@@ -11,6 +11,8 @@ import shlex
 from django.db import models
 from django.db.models import Q
 
+from benchkit.measure.metrics import METRIC_FIELDS, MetricField
+
 
 class Host(models.Model):
     """A machine that runs benchmarks; its Celery worker consumes the queue `host.<name>`."""
@@ -222,37 +224,37 @@ class RunTransition(models.Model):
 
 
 class RunMetrics(models.Model):
-    """Metrics of one run's measured window (MEASUREMENT.md).
+    """Metrics of one run's measured window (MEASUREMENT.md), one row per run.
 
-    `data` is benchkit.measure.metrics.RunMetrics.to_flat() (vLLM `bench serve` key names plus
-    draftboard's); the columns copy the figures charts sort and plot. `source_tool` and
-    `definitions` record where an imported run's numbers came from and what they mean.
+    One nullable column per field of benchkit.measure.metrics.WindowMetrics (added below from
+    `METRIC_FIELDS`: the column is the field, its help text the unit; NULL = unknown, never 0);
+    `per_position_acceptance_rate` is the one list among them (a JSON column). Beside them:
+    `spec_source` (which counters or tool gave the acceptance figures), `distributions` (the run
+    page's samples), `source_tool` and `definitions` (where an imported run's numbers came from
+    and what they mean), `extra` (keys of an imported file that draftboard has no column for).
+    Written only by runs.services.metrics_store.
     """
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="metrics")
-    completed = models.PositiveIntegerField()
-    failed = models.PositiveIntegerField()
-    error_rate = models.FloatField()
-    duration_s = models.FloatField()
-    output_throughput = models.FloatField(help_text="tok/s")
-    request_throughput = models.FloatField(help_text="req/s")
-    total_token_throughput = models.FloatField(help_text="tok/s")
-    goodput = models.FloatField(null=True, blank=True, help_text="req/s meeting every SLO")
-    mean_ttft_ms = models.FloatField(null=True, blank=True)
-    median_ttft_ms = models.FloatField(null=True, blank=True)
-    median_tpot_ms = models.FloatField(null=True, blank=True)
-    median_itl_ms = models.FloatField(null=True, blank=True)
-    median_icl_ms = models.FloatField(null=True, blank=True)
-    median_e2el_ms = models.FloatField(null=True, blank=True)
-    mean_tokens_per_chunk = models.FloatField(null=True, blank=True)
-    acceptance_length = models.FloatField(null=True, blank=True, help_text="tau = 1 + d accepted / d drafts")
-    acceptance_rate = models.FloatField(null=True, blank=True, help_text="d accepted / d draft tokens")
-    spec_decode = models.JSONField(default=dict, blank=True, help_text="counter deltas and per-position rates")
-    data = models.JSONField(default=dict)
+    spec_source = models.CharField(max_length=300, blank=True, help_text="where the acceptance figures come from")
     distributions = models.JSONField(default=dict, blank=True)
     source_tool = models.CharField(max_length=50, default="draftboard")
     definitions = models.JSONField(default=dict, blank=True)
+    extra = models.JSONField(default=dict, blank=True, help_text="source-file keys without a column")
     computed_at = models.DateTimeField(auto_now=True)
+
+
+_COLUMN_TYPES = {int: models.BigIntegerField, float: models.FloatField, bool: models.BooleanField,
+                 list: models.JSONField}
+
+
+def _metric_column(f: MetricField) -> models.Field:
+    """The nullable column of one WindowMetrics field: its label as verbose name, its unit as help text."""
+    return _COLUMN_TYPES[f.kind](null=True, blank=True, verbose_name=f.label, help_text=f.unit)
+
+
+for _f in METRIC_FIELDS:
+    RunMetrics.add_to_class(_f.name, _metric_column(_f))
 
 
 class RequestLogBlob(models.Model):

@@ -7,7 +7,8 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from benchkit.hosts.inventory import HostInventory
-from runs.models import HardwareSnapshot, Host, Run, RunState, Sweep
+from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics
+from runs.models import HardwareSnapshot, Host, Run, RunMetrics, RunState, Sweep
 
 
 def sweep_list() -> QuerySet[Sweep]:
@@ -37,13 +38,18 @@ def counted_points(runs) -> list[dict[str, Any]]:
     return [point_from_run(r) for r in runs if r.counts]
 
 
+def window_of(m: RunMetrics) -> WindowMetrics:
+    """The stored row as benchkit's WindowMetrics (every schema column, NULL as None)."""
+    return WindowMetrics(**{f.name: getattr(m, f.name) for f in METRIC_FIELDS})
+
+
 def point_from_run(run: Any) -> dict[str, Any]:
     """Flatten a succeeded Run with metrics into the point dict benchkit.compare.speedups uses.
 
-    Output: match fields, config fields, `run_id`, `label`, `repeat_index`,
-    `output_throughput` (tok/s), `median_tpot_ms`, `acceptance_length`.
+    Output: match fields, config fields, `run_id`, `label`, `repeat_index`, and every
+    WindowMetrics field under its own name (`output_throughput_tok_s`, `median_tpot_ms`,
+    `acceptance_length`, ...; None where unknown).
     """
-    m = run.metrics
     return {
         "run_id": run.pk,
         "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
@@ -52,10 +58,7 @@ def point_from_run(run: Any) -> dict[str, Any]:
         "concurrency": run.concurrency, "request_rate": run.request_rate, "temperature": run.temperature,
         "seed": run.seed, "method": run.method, "num_speculative_tokens": run.num_speculative_tokens,
         "tree_budget": run.tree_budget, "drafter": run.drafter, "label": run.method_label,
-        "repeat_index": run.repeat_index, "output_throughput": m.output_throughput,
-        "median_tpot_ms": m.median_tpot_ms, "median_ttft_ms": m.median_ttft_ms,
-        "acceptance_length": m.acceptance_length, "acceptance_rate": m.acceptance_rate,
-        "mean_tokens_per_chunk": m.mean_tokens_per_chunk,
+        "repeat_index": run.repeat_index, **window_of(run.metrics).to_dict(),
     }
 
 

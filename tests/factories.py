@@ -56,13 +56,16 @@ def make_run(sweep: Sweep, method: str = "auto", k: int | None = None, tp: int =
 
 def finish_run(run: Run, tokens_per_msg: int = 1, gap_ms: float = 10.0, ok: bool = True,
                spec_decode: dict | None = None, reason: str = "") -> Run:
-    """Drive `run` through every state and store an outcome built from synthetic logs."""
+    """Drive `run` through every state and store an outcome built from synthetic logs;
+    `spec_decode` gives the window's acceptance figures (WindowMetrics field names)."""
     for state in (RunState.PREFLIGHT, RunState.STARTING, RunState.WARMING, RunState.MEASURING, RunState.STOPPING):
         transition(run, state)
     logs, t0, t1 = make_logs(4, tokens_per_msg, gap_ms, n_tokens=64)
-    flat = metrics.compute_run_metrics(logs, t0, t1, None).to_flat()
+    window = metrics.compute_run_metrics(logs, t0, t1, None)
+    if spec_decode:
+        window = window.with_spec_decode(spec_decode)
     argv = ["python", "-m", "vllm.entrypoints.openai.api_server"]
     outcome = RunOutcome(ok=ok, reason=reason, message=reason, argv=argv,
-                         logs=logs, window_start_ns=t0, window_end_ns=t1, metrics_flat=flat if ok else None,
-                         spec_decode=spec_decode, distributions=metrics.distributions(logs))
+                         logs=logs, window_start_ns=t0, window_end_ns=t1, metrics=window if ok else None,
+                         spec_source="vllm" if spec_decode else "", distributions=metrics.distributions(logs))
     return store_outcome(run, outcome)

@@ -11,7 +11,8 @@ from tests.factories import finish_run, make_run, make_sweep
 
 pytestmark = pytest.mark.django_db
 
-SD = {"acceptance_length": 2.5, "acceptance_rate": 0.5, "drafts": 10, "draft_tokens": 40, "accepted_tokens": 15}
+SD = {"acceptance_length": 2.5, "acceptance_rate": 0.375, "spec_num_drafts": 10, "spec_num_draft_tokens": 40,
+      "spec_num_accepted_tokens": 15}
 
 
 @pytest.fixture

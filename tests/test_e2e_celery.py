@@ -88,22 +88,22 @@ def test_two_run_sweep_through_celery(worker, demo_models):
     for r in runs.values():
         m = r.metrics
         assert (m.completed, m.failed) == (8, 0)
-        assert m.data["total_output_tokens"] == 8 * 32  # ignore_eos: every request ran its full length
-        assert m.output_throughput > 0 and m.median_ttft_ms > 0
+        assert m.total_output_tokens == 8 * 32  # ignore_eos: every request ran its full length
+        assert m.output_throughput_tok_s > 0 and m.median_ttft_ms > 0
         assert r.argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         assert r.engine_version == "0.32.0"
         assert r.is_demo_model
 
     auto, spec_run = runs["auto"], runs["draft_model"]
     assert auto.metrics.acceptance_length is None  # no drafts without speculation
-    sd = spec_run.metrics.spec_decode
-    assert sd["num_drafts"] > 0 and sd["num_draft_tokens"] == 3 * sd["num_drafts"]
-    assert spec_run.metrics.acceptance_length == pytest.approx(1 + sd["num_accepted_tokens"] / sd["num_drafts"])
-    assert spec_run.metrics.acceptance_rate == pytest.approx(sd["num_accepted_tokens"] / sd["num_draft_tokens"])
+    sd = spec_run.metrics
+    assert sd.spec_num_drafts > 0 and sd.spec_num_draft_tokens == 3 * sd.spec_num_drafts and sd.spec_source == "vllm"
+    assert sd.acceptance_length == pytest.approx(1 + sd.spec_num_accepted_tokens / sd.spec_num_drafts)
+    assert sd.acceptance_rate == pytest.approx(sd.spec_num_accepted_tokens / sd.spec_num_draft_tokens)
     # counters are deltas over this run's own window, not the shared server's lifetime: the
     # window's decode tokens (all but each request's first) per draft step come out at tau
-    decode_tokens = spec_run.metrics.data["total_output_tokens"] - 8
-    assert decode_tokens / sd["num_drafts"] == pytest.approx(spec_run.metrics.acceptance_length, rel=0.15)
+    decode_tokens = spec_run.metrics.total_output_tokens - 8
+    assert decode_tokens / sd.spec_num_drafts == pytest.approx(spec_run.metrics.acceptance_length, rel=0.15)
     # the client's tokens per streamed decode chunk agrees with the server's tau (MEASUREMENT.md
     # cross-check; each request's first chunk is the prefill token and is left out)
     logs = [r for r in decode_logs(bytes(spec_run.request_logs.data)) if not r.warmup]

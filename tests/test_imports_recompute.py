@@ -9,6 +9,7 @@ from django.core.management.base import CommandError
 
 from analysis.exports import run_export
 from runs.models import Run, RunMetrics, Sweep
+from runs.selectors import window_of
 from runs.services.imports import ImportOptionError, import_result_file
 from runs.services.recompute import recompute_run
 from tests.factories import finish_run, make_host, make_run, make_sweep
@@ -26,7 +27,11 @@ def test_import_sglang_jsonl_records_source_definitions():
     assert runs[0].engine == "sglang"  # from the tool that wrote the file
     assert m.source_tool == "sglang.bench_serving"
     assert "itl" in m.definitions  # their ITL is per chunk, stored as our ICL
-    assert m.data.get("median_itl_ms") is None and m.data.get("median_icl_ms") is not None
+    assert m.median_itl_ms is None and m.median_icl_ms is not None
+    assert m.failed == 0 and runs[1].metrics.failed is None  # the older line has no errors list: unknown, not 0
+    assert runs[1].metrics.total_token_throughput_tok_s is None
+    assert m.acceptance_length is not None and "server-wide" in m.spec_source
+    assert "concurrency" in m.extra  # a key without a column is kept
     assert runs[0].state == "succeeded" and runs[0].transitions.get().from_state == "imported"
 
 
@@ -45,25 +50,38 @@ def test_export_round_trips_through_the_importer(tmp_path):
     exported = run_export(run)
     assert exported["completed"] == 4 and exported["median_ttft_ms"] == pytest.approx(20.0)
     # top-level ITL keys carry vLLM's definition (per chunk, our ICL)
-    assert exported["median_itl_ms"] == pytest.approx(run.metrics.data["median_icl_ms"])
+    assert exported["median_itl_ms"] == pytest.approx(run.metrics.median_icl_ms)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(exported, default=str))
     with pytest.raises(ImportOptionError, match="records speculative decoding"):
         import_result_file(path, make_host(), "round trip", method="auto")
     back = import_result_file(path, make_host(), "round trip", method="draft_model", num_speculative_tokens=4
                               ).runs.get().metrics
-    assert back.data["median_itl_ms"] == pytest.approx(run.metrics.data["median_itl_ms"])
-    assert back.output_throughput == pytest.approx(run.metrics.output_throughput)
+    assert back.median_itl_ms == pytest.approx(run.metrics.median_itl_ms)
+    assert back.output_throughput_tok_s == pytest.approx(run.metrics.output_throughput_tok_s)
+    assert window_of(back) == window_of(run.metrics)  # every figure survives export -> import
+    assert back.spec_source == run.metrics.spec_source == "vllm"
 
 
 def test_recompute_rederives_metrics_from_stored_logs():
     run = finish_run(make_run(make_sweep()), tokens_per_msg=2, gap_ms=8)
-    before = run.metrics.data
-    RunMetrics.objects.filter(run=run).update(output_throughput=0.0, median_ttft_ms=999.0)
+    before = window_of(run.metrics)
+    RunMetrics.objects.filter(run=run).update(output_throughput_tok_s=0.0, median_ttft_ms=999.0)
     run = Run.objects.select_related("metrics", "request_logs").get(pk=run.pk)
     m = recompute_run(run)
-    assert m.output_throughput == pytest.approx(before["output_throughput"])
-    assert m.median_ttft_ms == pytest.approx(before["median_ttft_ms"])
+    assert m.output_throughput_tok_s == pytest.approx(before.output_throughput_tok_s)
+    assert m.median_ttft_ms == pytest.approx(before.median_ttft_ms)
+    assert window_of(m) == before
+
+
+def test_recompute_keeps_the_counters_acceptance_figures():
+    run = finish_run(make_run(make_sweep(), "draft_model", 4), tokens_per_msg=3,
+                     spec_decode={"acceptance_length": 3.0, "acceptance_rate": 0.5, "spec_num_drafts": 80.0,
+                                  "per_position_acceptance_rate": [0.7, 0.5, 0.3]})
+    run = Run.objects.select_related("metrics", "request_logs").get(pk=run.pk)
+    m = recompute_run(run)
+    assert (m.acceptance_length, m.spec_num_drafts, m.per_position_acceptance_rate) == (3.0, 80.0, [0.7, 0.5, 0.3])
+    assert m.spec_source == "vllm"
 
 
 @pytest.mark.parametrize("args, message", [

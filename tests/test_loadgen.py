@@ -48,9 +48,9 @@ def test_closed_loop_exact_counts_and_timings():
         assert rm.ttft_ms >= 60.0  # the server never sends before its TTFT
         assert rm.e2el_ms >= 60.0 + 3 * 20.0
     # every chunk holds 3 tokens, so each ITL sample is its gap / 3 and the medians agree exactly
-    assert m.itl.median == pytest.approx(m.icl.median / 3)
-    assert m.icl.median == pytest.approx(20.0, abs=8.0)
-    assert m.ttft.median == pytest.approx(60.0, abs=30.0)
+    assert m.median_itl_ms == pytest.approx(m.median_icl_ms / 3)
+    assert m.median_icl_ms == pytest.approx(20.0, abs=8.0)
+    assert m.median_ttft_ms == pytest.approx(60.0, abs=30.0)
     bodies = [body for _, body in server.requests]
     assert len(bodies) == 8
     for body in bodies:

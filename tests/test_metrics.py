@@ -12,13 +12,15 @@ from hypothesis import strategies as st
 
 from benchkit.measure.logs import KINDS, MessageEvent, RequestLog, decode_logs, encode_logs
 from benchkit.measure.metrics import (
-    STAT_METRICS,
-    LatencyStats,
-    RunMetrics,
+    METRIC_FIELDS,
+    METRICS,
+    WindowMetrics,
     compute_run_metrics,
     distributions,
+    latency_stats,
     meets_slo,
     request_metrics,
+    split_known,
 )
 
 MS = 1_000_000
@@ -143,19 +145,20 @@ def test_run_metrics_exact():
     assert m.duration_s == 2.0
     assert m.total_input_tokens == 16
     assert m.total_output_tokens == 14
-    assert m.request_throughput == 1.0
-    assert m.output_throughput == 7.0
-    assert m.total_token_throughput == 15.0
+    assert m.request_throughput_req_s == 1.0
+    assert m.output_throughput_tok_s == 7.0
+    assert m.total_token_throughput_tok_s == 15.0
     # per-second buckets: second 0 holds 1 + 4 + 2 tokens, second 1 holds 5 + 2
     assert m.max_output_tokens_per_s == 7.0
     assert m.mean_tokens_per_chunk == pytest.approx(14 / 5)
-    assert m.ttft.mean == pytest.approx((100 + 200) / 2)
-    assert m.e2el.median == pytest.approx((1200 + 600) / 2)
-    assert m.tpot.mean == pytest.approx(((1100 / 9) + (400 / 3)) / 2)
+    assert m.mean_ttft_ms == pytest.approx((100 + 200) / 2)
+    assert m.median_e2el_ms == pytest.approx((1200 + 600) / 2)
+    assert m.mean_tpot_ms == pytest.approx(((1100 / 9) + (400 / 3)) / 2)
     # ITL is token-weighted: 4 samples of 500/4, 5 of 600/5, 2 of 400/2.
-    assert m.itl.mean == pytest.approx((500 + 600 + 400) / 11)
-    assert m.icl.mean == pytest.approx((500 + 600 + 400) / 3)
-    assert m.goodput is None
+    assert m.mean_itl_ms == pytest.approx((500 + 600 + 400) / 11)
+    assert m.mean_icl_ms == pytest.approx((500 + 600 + 400) / 3)
+    assert m.request_goodput_req_s is None
+    assert not m.has_spec_decode and m.acceptance_length is None  # from the server's counters, not the logs
 
 
 def test_peak_is_token_weighted_per_second():
@@ -169,14 +172,14 @@ def test_peak_is_token_weighted_per_second():
 def test_goodput_counts_requests_meeting_every_slo():
     logs = run_logs()
     m = compute_run_metrics(logs, 0, 2 * S, {"ttft_ms": 150})
-    assert m.goodput == 0.5  # only request 1 (TTFT 100 ms) in 2 s
+    assert m.request_goodput_req_s == 0.5  # only request 1 (TTFT 100 ms) in 2 s
     m = compute_run_metrics(logs, 0, 2 * S, {"ttft_ms": 250, "e2el_ms": 1000})
-    assert m.goodput == 0.5  # request 2 only (E2EL 600 ms)
+    assert m.request_goodput_req_s == 0.5  # request 2 only (E2EL 600 ms)
     m = compute_run_metrics(logs, 0, 2 * S, {"itl_ms": 130})
     # request 1 mean ITL = 1100/9 = 122.2 ms (meets); request 2 mean ITL = 200 ms (misses)
-    assert m.goodput == 0.5
+    assert m.request_goodput_req_s == 0.5
     m = compute_run_metrics(logs, 0, 2 * S, {"tpot_ms": 1000})
-    assert m.goodput == 1.0
+    assert m.request_goodput_req_s == 1.0
 
 
 def test_slo_edge_cases():
@@ -192,49 +195,57 @@ def test_window_and_empty_run():
     with pytest.raises(ValueError, match="before it starts"):
         compute_run_metrics([], 10, 5)
     m = compute_run_metrics([], 5, 5)
-    assert (m.completed, m.failed, m.error_rate, m.output_throughput) == (0, 0, 0.0, 0.0)
-    assert m.ttft is None and m.mean_tokens_per_chunk is None
+    assert (m.completed, m.failed, m.error_rate, m.output_throughput_tok_s) == (0, 0, 0.0, 0.0)
+    assert m.mean_ttft_ms is None and m.mean_tokens_per_chunk is None
 
 
 def test_latency_stats_numpy_linear():
-    s = LatencyStats.of([1.0, 2.0, 3.0, 4.0])
-    assert s.mean == 2.5 and s.median == 2.5
-    assert s.std == pytest.approx(math.sqrt(1.25))
-    assert s.p90 == pytest.approx(3.7) and s.p95 == pytest.approx(3.85) and s.p99 == pytest.approx(3.97)
-    assert LatencyStats.of([]) is None
+    s = latency_stats([1.0, 2.0, 3.0, 4.0])
+    assert s["mean"] == 2.5 and s["median"] == 2.5
+    assert s["std"] == pytest.approx(math.sqrt(1.25))
+    assert s["p90"] == pytest.approx(3.7) and s["p95"] == pytest.approx(3.85) and s["p99"] == pytest.approx(3.97)
+    assert latency_stats([]) is None
 
 
-FLAT_KEYS = {
-    "completed",
-    "failed",
-    "error_rate",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "max_output_tokens_per_s",
-    "goodput",
-    "mean_tokens_per_chunk",
-    "output_tokens_from_text",
-} | {f"{s}_{x}_ms" for x in STAT_METRICS for s in ("mean", "median", "std", "p90", "p95", "p99")}
-
-
-def test_flat_keys_and_round_trip():
+def test_window_dict_round_trip_and_missing_is_none():
     m = compute_run_metrics(run_logs(), 0, 2 * S, {"ttft_ms": 150})
-    flat = m.to_flat()
-    assert set(flat) == FLAT_KEYS
-    assert flat["mean_ttft_ms"] == m.ttft.mean and flat["p99_itl_ms"] == m.itl.p99
-    assert flat["duration"] == 2.0 and flat["error_rate"] == 0.5
-    assert RunMetrics.from_flat(flat) == m
+    d = m.to_dict()
+    assert list(d) == [f.name for f in METRIC_FIELDS]
+    assert d["duration_s"] == 2.0 and d["error_rate"] == 0.5 and d["p99_itl_ms"] == m.p99_itl_ms
+    assert WindowMetrics.from_dict(d) == m
     single = compute_run_metrics([make_log(1, events=[ev(5, 1)], completion_tokens=1)], 0, S)
-    flat = single.to_flat()
-    assert flat["mean_tpot_ms"] is None and flat["p99_icl_ms"] is None
-    assert RunMetrics.from_flat(flat).tpot is None
-    del flat["p95_e2el_ms"]
-    with pytest.raises(ValueError, match="p95_e2el_ms"):
-        RunMetrics.from_flat(flat)
+    assert single.mean_tpot_ms is None and single.p99_icl_ms is None  # n = 1: no TPOT, no gap
+    assert WindowMetrics.from_dict({"completed": 3}).failed is None  # absent = unknown, never 0
+    with pytest.raises(ValueError, match="'duration'"):
+        WindowMetrics.from_dict({"duration": 2.0})
+    assert split_known({"duration_s": 1.0, "rtfx": 0.0}) == ({"duration_s": 1.0}, {"rtfx": 0.0})
+    spec = m.with_spec_decode({"acceptance_length": 2.5, "spec_num_drafts": 4.0, "spec_source": "vllm"})
+    assert spec.has_spec_decode and spec.acceptance_length == 2.5 and spec.acceptance_rate is None
+    assert spec.mean_ttft_ms == m.mean_ttft_ms and not m.has_spec_decode
+
+
+def test_schema_metadata_units_vllm_keys_and_bounds():
+    """Every field says its unit, label, vLLM key and bounds (issue 8); the ITL/ICL mapping of
+    MEASUREMENT.md: vLLM's "itl" keys are draftboard's ICL, per-token ITL has no vLLM key."""
+    for f in METRIC_FIELDS:
+        assert f.label and (f.unit or f.kind is bool), f.name
+        if f.kind is not bool:
+            assert f.lo is not None and f.lo >= 0, f.name
+    assert METRICS["median_icl_ms"].vllm_key == "median_itl_ms" and METRICS["median_itl_ms"].vllm_key is None
+    assert METRICS["mean_tpot_ms"].unit == "ms/token" and METRICS["mean_icl_ms"].unit == "ms"
+    assert (METRICS["acceptance_length"].lo, METRICS["acceptance_rate"].hi, METRICS["error_rate"].hi) == (1, 1, 1)
+    rate = METRICS["acceptance_rate"]
+    assert rate.vllm_key == "spec_decode_acceptance_rate" and rate.to_vllm(0.25) == 25.0  # vLLM writes percent
+    assert rate.from_vllm(25.0) == 0.25 and rate.to_vllm(None) is None
+    vllm_keys = [f.vllm_key for f in METRIC_FIELDS if f.vllm_key]
+    assert len(vllm_keys) == len(set(vllm_keys))
+    assert {"duration", "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
+            "max_output_tokens_per_s", "p99_e2el_ms"} <= set(vllm_keys)
+    for f in METRIC_FIELDS:  # the unit is in the name wherever it is not a count or a fraction
+        if f.unit in ("ms", "ms/token"):
+            assert f.name.endswith("_ms"), f.name
+        if f.unit in ("tok/s", "req/s", "s"):
+            assert f.name.endswith(("_tok_s", "_req_s", "_per_s", "_s")), f.name
 
 
 def test_distributions_cap_keeps_extremes():
@@ -285,10 +296,10 @@ def test_identities(first, chunks, server):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=200))
 def test_percentiles_monotone(samples):
-    s = LatencyStats.of(samples)
+    s = latency_stats(samples)
     lo, hi = min(samples), max(samples)
-    assert lo <= s.median <= s.p90 <= s.p95 <= s.p99 <= hi
-    assert lo - 1e-6 <= s.mean <= hi + 1e-6 and s.std >= 0
+    assert lo <= s["median"] <= s["p90"] <= s["p95"] <= s["p99"] <= hi
+    assert lo - 1e-6 <= s["mean"] <= hi + 1e-6 and s["std"] >= 0
 
 
 events_st = st.builds(

@@ -8,6 +8,8 @@ Fixtures (tests/fixtures/results/):
   burstiness, max_concurrency, e2el, max_output_tokens_per_s; has best_of).
 - sglang-bench-serving.jsonl: two lines in sglang.bench_serving's layout, a recent one with
   server_info, total_throughput, accept_length and --output-details lists, and an older one.
+- draftboard-export-format1.json: written by draftboard's export at commit 021632b (before the
+  metric schema) from the logs of `real_window` below.
 Expected values are read from the fixture JSON itself.
 """
 
@@ -21,7 +23,7 @@ import pytest
 from benchkit.formats.common import TOOL_DRAFTBOARD, TOOL_SGLANG, TOOL_VLLM, ResultFileError
 from benchkit.formats.reader import detect_tool, load_result_file
 from benchkit.formats.vllm_bench import export_vllm_layout
-from benchkit.measure.metrics import FLAT_KEYS, compute_run_metrics
+from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics, compute_run_metrics
 from tests.test_validity import make_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -29,18 +31,21 @@ VLLM_FULL = FIXTURES / "vllm-bench-serve-full.json"
 VLLM_APPENDED = FIXTURES / "vllm-bench-serve-appended.json"
 VLLM_OLD = FIXTURES / "vllm-benchmark-serving-old.json"
 SGLANG = FIXTURES / "sglang-bench-serving.jsonl"
+DRAFTBOARD_FORMAT1 = FIXTURES / "draftboard-export-format1.json"
 
 
 def test_full_vllm_file():
     src = json.loads(VLLM_FULL.read_text())
     [run] = load_result_file(VLLM_FULL)
     assert run.source_tool == TOOL_VLLM and run.origin == str(VLLM_FULL)
-    m = run.metrics_flat
-    assert set(m) == set(FLAT_KEYS)
-    for key in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-                "request_throughput", "output_throughput", "total_token_throughput",
-                "max_output_tokens_per_s"):
-        assert m[key] == src[key], key
+    m = run.metrics.to_dict()
+    for key, vllm_key in (("completed", "completed"), ("failed", "failed"), ("duration_s", "duration"),
+                          ("total_input_tokens", "total_input_tokens"), ("total_output_tokens", "total_output_tokens"),
+                          ("request_throughput_req_s", "request_throughput"),
+                          ("output_throughput_tok_s", "output_throughput"),
+                          ("total_token_throughput_tok_s", "total_token_throughput"),
+                          ("max_output_tokens_per_s", "max_output_tokens_per_s")):
+        assert m[key] == src[vllm_key], key
     for stat in ("mean", "median", "std", "p90", "p95", "p99"):
         for metric in ("ttft", "tpot", "e2el"):
             assert m[f"{stat}_{metric}_ms"] == src[f"{stat}_{metric}_ms"]
@@ -48,7 +53,8 @@ def test_full_vllm_file():
         assert m[f"{stat}_icl_ms"] == src[f"{stat}_itl_ms"]
         assert m[f"{stat}_itl_ms"] is None
     assert m["error_rate"] == src["failed"] / (src["completed"] + src["failed"])
-    assert m["goodput"] is None  # request_goodput is null: no --goodput given
+    assert m["request_goodput_req_s"] is None  # request_goodput is null: no --goodput given
+    assert m["output_tokens_from_text"] is None  # the file does not say
     chunks = sum(len(x) + 1 for x in src["itls"])
     assert m["mean_tokens_per_chunk"] == pytest.approx(sum(src["output_lens"]) / chunks)
     assert "per chunk" in run.definitions["itl"]
@@ -59,19 +65,21 @@ def test_full_vllm_file():
     assert w["request_rate"] is None and src["request_rate"] == "inf"  # unbounded
     assert w["input_len"] is None  # vLLM does not record the intended lengths
 
-    s = run.spec_decode
     # percent in the file, a fraction in draftboard
-    assert s["acceptance_rate"] == pytest.approx(src["spec_decode_acceptance_rate"] / 100)
-    assert s["acceptance_length"] == src["spec_decode_acceptance_length"]
-    assert s["spec_num_drafts"] == src["spec_decode_num_drafts"]
-    assert s["per_position_acceptance_rate"] == src["spec_decode_per_position_acceptance_rates"]
+    assert m["acceptance_rate"] == pytest.approx(src["spec_decode_acceptance_rate"] / 100)
+    assert m["acceptance_length"] == src["spec_decode_acceptance_length"]
+    assert m["spec_num_drafts"] == src["spec_decode_num_drafts"]
+    assert m["spec_num_draft_tokens"] == src["spec_decode_draft_tokens"]
+    assert m["spec_num_accepted_tokens"] == src["spec_decode_accepted_tokens"]
+    assert m["per_position_acceptance_rate"] == src["spec_decode_per_position_acceptance_rates"]
+    assert "window delta" in run.spec_source
 
     pr = run.per_request
     assert pr["ttfts_ms"] == pytest.approx([t * 1000 for t in src["ttfts"]])
     assert pr["icls_ms"][0] == pytest.approx([t * 1000 for t in src["itls"][0]])
     assert pr["e2els_ms"] == pytest.approx([t * 1000 for t in src["latencies"]])
     assert pr["output_lens"] == src["output_lens"] and pr["errors"] == src["errors"]
-    assert {"start_times", "queue_times", "date"} <= set(run.source_extra)
+    assert {"start_times", "queue_times", "date", "max_concurrent_requests"} <= set(run.source_extra)
     assert "generated_texts" not in run.source_extra
 
 
@@ -82,8 +90,8 @@ def test_appended_vllm_file_gives_one_run_per_line():
     for i, (run, src) in enumerate(zip(runs, lines, strict=True), start=1):
         assert run.origin == f"{VLLM_APPENDED}:{i}"
         assert run.workload["concurrency"] == src["max_concurrency"]
-        assert run.metrics_flat["mean_icl_ms"] == src["mean_itl_ms"]
-        assert run.metrics_flat["p90_ttft_ms"] is None  # only the default p99 was asked for
+        assert run.metrics.mean_icl_ms == src["mean_itl_ms"]
+        assert run.metrics.p90_ttft_ms is None  # only the default p99 was asked for
         assert run.per_request == {"e2els_ms": pytest.approx([t * 1000 for t in src["latencies"]])}
 
 
@@ -91,13 +99,13 @@ def test_old_vllm_file_missing_keys_imports_as_none():
     src = json.loads(VLLM_OLD.read_text())
     assert "failed" not in src and "mean_e2el_ms" not in src and "max_concurrency" not in src
     [run] = load_result_file(VLLM_OLD)
-    m = run.metrics_flat
+    m = run.metrics.to_dict()
     assert m["failed"] == sum(1 for e in src["errors"] if e)  # counted from the per-request errors
     assert m["max_output_tokens_per_s"] is None
     assert all(m[f"{s}_e2el_ms"] is None for s in ("mean", "median", "std", "p90", "p95", "p99"))
     assert m["mean_icl_ms"] == src["mean_itl_ms"]
     assert run.workload["concurrency"] is None and run.workload["burstiness"] is None
-    assert run.spec_decode is None
+    assert not run.metrics.has_spec_decode and run.spec_source is None
     assert run.source_extra["best_of"] == src["best_of"]
 
 
@@ -108,12 +116,13 @@ def test_sglang_jsonl_two_versions():
     assert (new.origin, old.origin) == (f"{SGLANG}:1", f"{SGLANG}:2")
     src = lines[0]
     assert new.source_version == src["server_info"]["version"]
-    assert new.metrics_flat["total_token_throughput"] == src["total_throughput"]
-    assert new.metrics_flat["mean_e2el_ms"] == src["mean_e2e_latency_ms"]
-    assert new.metrics_flat["p95_icl_ms"] == src["p95_itl_ms"]
-    assert new.metrics_flat["failed"] == 0 and new.metrics_flat["error_rate"] == 0.0
-    assert new.spec_decode["acceptance_length"] == src["accept_length"]
-    assert "server-wide" in new.definitions["acceptance_length"]
+    assert new.metrics.total_token_throughput_tok_s == src["total_throughput"]
+    assert new.metrics.mean_e2el_ms == src["mean_e2e_latency_ms"]
+    assert new.metrics.p95_icl_ms == src["p95_itl_ms"]
+    assert new.metrics.failed == 0 and new.metrics.error_rate == 0.0
+    assert new.metrics.acceptance_length == src["accept_length"]
+    assert new.metrics.acceptance_rate is None and new.metrics.spec_num_drafts is None  # SGLang has no counts
+    assert "server-wide" in new.definitions["acceptance_length"] and "server-wide" in new.spec_source
     assert new.workload["input_len"] == src["random_input_len"]
     assert new.workload["output_len"] == src["random_output_len"]
     assert new.workload["num_prompts"] == len(src["input_lens"])
@@ -122,10 +131,10 @@ def test_sglang_jsonl_two_versions():
 
     src = lines[1]
     assert old.source_version is None
-    assert old.metrics_flat["total_token_throughput"] is None  # older SGLang: no total_throughput
-    assert old.metrics_flat["failed"] is None and old.metrics_flat["error_rate"] is None
-    assert old.metrics_flat["max_output_tokens_per_s"] is None
-    assert old.spec_decode is None  # accept_length null: no speculation
+    assert old.metrics.total_token_throughput_tok_s is None  # older SGLang: no total_throughput
+    assert old.metrics.failed is None and old.metrics.error_rate is None
+    assert old.metrics.max_output_tokens_per_s is None
+    assert not old.metrics.has_spec_decode and old.spec_source is None  # accept_length null: no speculation
     assert old.workload["output_len"] == src["sharegpt_output_len"] and old.workload["input_len"] is None
     assert old.workload["request_rate"] == src["request_rate"]
     assert old.per_request is None
@@ -212,47 +221,49 @@ def test_other_malformed_files(tmp_path, text, fragment):
         load_result_file(tmp_path / "missing.json")
 
 
-def real_metrics_flat() -> dict:
+SPEC = {"spec_num_drafts": 50, "spec_num_draft_tokens": 150, "spec_num_accepted_tokens": 90,
+        "acceptance_rate": 0.6, "acceptance_length": 2.8, "per_position_acceptance_rate": [0.8, 0.6, 0.4]}
+
+
+def real_window(spec: dict | None = SPEC) -> WindowMetrics:
     logs = [make_log(i, n=16, per_chunk=3) for i in range(6)] + [make_log(6, ok=False)]
     m = compute_run_metrics(logs, 0, 700_000_000, slo={"ttft_ms": 25.0})
-    return m.to_flat()
+    return m.with_spec_decode(spec) if spec else m
 
 
 def test_export_uses_vllm_names_and_vllm_itl_definition():
-    flat = real_metrics_flat()
-    spec = {"spec_num_drafts": 50, "spec_num_draft_tokens": 150, "spec_num_accepted_tokens": 90,
-            "acceptance_rate": 0.6, "acceptance_length": 2.8, "per_position_acceptance_rate": [0.8, 0.6, 0.4],
-            "spec_source": "vllm"}
-    out = export_vllm_layout(flat, {"model": "/models/t", "concurrency": 2, "num_prompts": 7,
-                                    "request_rate": None, "spec_decode": spec, "run_id": 42})
+    window = real_window()
+    out = export_vllm_layout(window, {"model": "/models/t", "concurrency": 2, "num_prompts": 7,
+                                      "request_rate": None, "run_id": 42}, spec_source="vllm")
     vllm_keys = set(json.loads(VLLM_FULL.read_text()))
     per_request = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
                    "generated_texts", "errors", "max_concurrent_requests", "rtfx"}
     assert vllm_keys - per_request <= set(out)  # every summary key vLLM writes is there
-    assert out["mean_itl_ms"] == flat["mean_icl_ms"] != flat["mean_itl_ms"]  # vLLM's ITL = our ICL
-    assert out["p99_e2el_ms"] == flat["p99_e2el_ms"]
-    assert out["request_goodput"] == flat["goodput"]
+    assert out["mean_itl_ms"] == window.mean_icl_ms != window.mean_itl_ms  # vLLM's ITL = our ICL
+    assert out["p99_e2el_ms"] == window.p99_e2el_ms
+    assert out["request_goodput"] == window.request_goodput_req_s
+    assert out["duration"] == window.duration_s and out["output_throughput"] == window.output_throughput_tok_s
     assert out["request_rate"] == "inf" and out["max_concurrency"] == 2 and out["model_id"] == "/models/t"
     assert out["spec_decode_acceptance_rate"] == pytest.approx(60.0)  # percent, as vLLM writes it
+    assert out["spec_decode_draft_tokens"] == 150
     db = out["draftboard"]
-    assert db["metrics"]["mean_itl_ms"] == flat["mean_itl_ms"]
+    assert db["metrics"]["mean_itl_ms"] == window.mean_itl_ms and db["spec_source"] == "vllm"
     assert db["run"]["run_id"] == 42 and "per chunk" in db["definitions"]["export_itl_keys"]
     json.dumps(out, allow_nan=False)  # plain JSON
+    # no acceptance figures (autoregressive): no spec_decode_* keys, as vLLM writes it
+    plain = export_vllm_layout(real_window(None))
+    assert not [k for k in plain if k.startswith("spec_decode")] and plain["draftboard"]["spec_source"] is None
 
 
 def test_export_then_import_round_trips(tmp_path):
-    flat = real_metrics_flat()
-    spec = {"spec_num_drafts": 50, "spec_num_draft_tokens": 150, "spec_num_accepted_tokens": 90,
-            "acceptance_rate": 0.6, "acceptance_length": 2.8, "per_position_acceptance_rate": [0.8, 0.6, 0.4],
-            "spec_source": "vllm"}
-    meta = {"model": "/models/t", "concurrency": 2, "num_prompts": 7, "request_rate": 4.0,
-            "spec_decode": spec}
-    out = export_vllm_layout(flat, meta)
+    window = real_window()
+    meta = {"model": "/models/t", "concurrency": 2, "num_prompts": 7, "request_rate": 4.0}
+    out = export_vllm_layout(window, meta, spec_source="vllm")
     path = write(tmp_path, "export.json", json.dumps(out))
     [run] = load_result_file(path)
     assert run.source_tool == TOOL_DRAFTBOARD
-    assert run.metrics_flat == flat
-    assert run.spec_decode == spec
+    assert run.metrics == window
+    assert run.spec_source == "vllm"
     assert run.workload["request_rate"] == 4.0 and run.workload["concurrency"] == 2
 
     # without the draftboard block the file is a plain vLLM file: ICL comes back, per-token ITL does not
@@ -260,14 +271,34 @@ def test_export_then_import_round_trips(tmp_path):
     [plain] = load_result_file(write(tmp_path, "plain.json", json.dumps(out)))
     assert plain.source_tool == TOOL_VLLM
     for stat in ("mean", "median", "std", "p90", "p95", "p99"):
-        assert plain.metrics_flat[f"{stat}_icl_ms"] == flat[f"{stat}_icl_ms"]
-        assert plain.metrics_flat[f"{stat}_itl_ms"] is None
-        assert plain.metrics_flat[f"{stat}_ttft_ms"] == flat[f"{stat}_ttft_ms"]
-    assert plain.spec_decode["acceptance_rate"] == pytest.approx(spec["acceptance_rate"])
+        assert getattr(plain.metrics, f"{stat}_icl_ms") == getattr(window, f"{stat}_icl_ms")
+        assert getattr(plain.metrics, f"{stat}_itl_ms") is None
+        assert getattr(plain.metrics, f"{stat}_ttft_ms") == getattr(window, f"{stat}_ttft_ms")
+    assert plain.metrics.acceptance_rate == pytest.approx(SPEC["acceptance_rate"])
+    for f in METRIC_FIELDS:  # every figure with a vLLM key comes back (acceptance rate via percent)
+        if f.vllm_key and f.name != "acceptance_rate":
+            assert getattr(plain.metrics, f.name) == getattr(window, f.name), f.name
+
+
+def test_format1_export_still_imports(tmp_path):
+    """A file exported before the metric schema (draftboard block format 1: old key names,
+    acceptance figures under draftboard.spec_decode), written by draftboard at 021632b from the
+    same logs as `real_window`, imports as the identical WindowMetrics."""
+    [run] = load_result_file(DRAFTBOARD_FORMAT1)
+    assert run.source_tool == TOOL_DRAFTBOARD and run.source_version == "export format 1"
+    assert run.metrics == real_window() and run.spec_source == "vllm"
+    assert run.source_extra["draftboard_run"]["run_id"] == 7
+    out = json.loads(DRAFTBOARD_FORMAT1.read_text())
+    out["draftboard"]["metrics"]["a_later_key"] = 1.5
+    [run] = load_result_file(write(tmp_path, "format1.json", json.dumps(out)))
+    assert run.source_extra["draftboard_metrics"] == {"a_later_key": 1.5}  # kept, not lost
+    out["draftboard"]["format"] = 9
+    with pytest.raises(ResultFileError, match="unknown export format 9"):
+        load_result_file(write(tmp_path, "format9.json", json.dumps(out)))
 
 
 def test_bad_draftboard_block_names_the_field(tmp_path):
-    out = export_vllm_layout(real_metrics_flat(), {})
+    out = export_vllm_layout(real_window())
     out["draftboard"]["metrics"]["mean_ttft_ms"] = "fast"
     with pytest.raises(ResultFileError) as exc:
         load_result_file(write(tmp_path, "bad-export.json", json.dumps(out)))
@@ -278,8 +309,8 @@ def test_vllm_bench_serve_result_reads_back_after_export(tmp_path):
     """Import a real vLLM file, export it, import again: the same numbers under the same names."""
     [first] = load_result_file(VLLM_FULL)
     meta = {"model": first.workload["model"], "concurrency": first.workload["concurrency"],
-            "num_prompts": first.workload["num_prompts"], "spec_decode": first.spec_decode}
-    path = write(tmp_path, "again.json", json.dumps(export_vllm_layout(first.metrics_flat, meta)))
+            "num_prompts": first.workload["num_prompts"]}
+    path = write(tmp_path, "again.json", json.dumps(export_vllm_layout(first.metrics, meta, first.spec_source)))
     [second] = load_result_file(path)
-    assert second.metrics_flat == first.metrics_flat
-    assert second.spec_decode == first.spec_decode
+    assert second.metrics == first.metrics
+    assert second.spec_source == first.spec_source

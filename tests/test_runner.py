@@ -34,10 +34,11 @@ def test_shared_server_runs_get_their_own_windows_and_counters(tmp_path):
     for out, n in zip(outs, (4, 6), strict=True):
         assert out.ok, (out.reason, out.message)
         assert out.server_shared
-        assert out.metrics_flat["completed"] == n and out.metrics_flat["total_output_tokens"] == 16 * n
-        sd = out.spec_decode
-        assert (sd["num_drafts"], sd["num_draft_tokens"], sd["num_accepted_tokens"]) == (4 * n, 12 * n, 11 * n)
-        assert sd["acceptance_length"] == pytest.approx(1 + 11 / 4)
+        m = out.metrics
+        assert m.completed == n and m.total_output_tokens == 16 * n
+        assert (m.spec_num_drafts, m.spec_num_draft_tokens, m.spec_num_accepted_tokens) == (4 * n, 12 * n, 11 * n)
+        assert m.acceptance_length == pytest.approx(1 + 11 / 4) and m.acceptance_rate == pytest.approx(11 / 12)
+        assert out.spec_source == "vllm"
     assert hooks[0].states == ["preflight", "starting", "warming", "measuring", "stopping"]
     assert hooks[1].states == ["preflight", "starting", "warming", "measuring", "stopping"]
 

@@ -4,15 +4,16 @@ import pytest
 
 from analysis import figures
 from benchkit.compare.speedups import bootstrap_ratio_ci, compute_speedups, inconsistent_gpu_tps
+from benchkit.measure.metrics import WindowMetrics
 
 
 def point(run_id, method="auto", k=None, tps=100.0, tp=1, conc=1, gpus=("GPU-a",), repeat=0, tau=None, **kw):
     p = dict(run_id=run_id, engine="vllm", engine_version="0.32.0", engine_build="", model="/m", gpu_uuids=gpus,
              tp=tp, dataset="random", input_len=32, output_len=128, concurrency=conc, request_rate=None,
              temperature=0.0, seed=0, method=method, num_speculative_tokens=k, tree_budget=None, drafter="",
-             label=method if k is None else f"{method} k={k}", repeat_index=repeat, output_throughput=tps,
-             median_tpot_ms=None, median_ttft_ms=None, acceptance_length=tau, acceptance_rate=None,
-             mean_tokens_per_chunk=tau)
+             label=method if k is None else f"{method} k={k}", repeat_index=repeat,
+             **{**WindowMetrics().to_dict(), "output_throughput_tok_s": tps, "acceptance_length": tau,
+                "mean_tokens_per_chunk": tau})
     p.update(kw)
     return p
 
@@ -35,6 +36,16 @@ def test_no_baseline_means_no_number():
     sps = compute_speedups([point(1, gpus=("GPU-b",)), point(2, "ngram", 4, tps=120)])
     ngram = [s for s in sps if s.label == "ngram k=4"][0]
     assert ngram.value is None and ngram.reason == "no matching auto baseline"
+
+
+def test_unknown_output_throughput_gives_no_number():
+    """An imported run without output tok/s (None: unknown, MEASUREMENT.md "Missing is not zero")
+    yields no speedup and no throughput point, and does not break its neighbours."""
+    pts = [point(1, tps=100), point(2, "ngram", 4, tps=None), point(3, "linear", tps=150), point(4, tps=None, repeat=1)]
+    sps = {s.label: s for s in compute_speedups(pts)}
+    assert sps["ngram k=4"].value is None and sps["ngram k=4"].reason == "output tok/s unknown"
+    assert sps["linear"].value == pytest.approx(1.5) and sps["auto"].median_output_throughput == 100
+    assert sorted(t["name"] for t in figures.throughput_figure(pts)["data"]) == ["auto · TP1", "linear · TP1"]
 
 
 def test_repeats_use_medians_and_ci_needs_three():

@@ -1,6 +1,6 @@
 """Validity rules (MEASUREMENT.md "When a run does not count") on hand-built request logs.
 
-The logs are ground truth written here; `metrics_flat` comes from the real
+The logs are ground truth written here; the window metrics come from the real
 `benchkit.measure.metrics.compute_run_metrics` over the same logs.
 """
 
@@ -10,7 +10,7 @@ import pytest
 
 from benchkit.hosts.teardown import TeardownReport
 from benchkit.measure.logs import MessageEvent, RequestLog
-from benchkit.measure.metrics import compute_run_metrics
+from benchkit.measure.metrics import WindowMetrics, compute_run_metrics
 from benchkit.measure.validity import REASON_CODES, Violation, check_run, failures
 
 MS = 1_000_000
@@ -46,9 +46,9 @@ def make_log(
                       output_len=output_len, end_ns=t)
 
 
-def flat(logs: list[RequestLog]) -> dict:
+def window(logs: list[RequestLog]) -> WindowMetrics:
     end = max((log.end_ns for log in logs), default=0)
-    return compute_run_metrics(logs, 0, end + MS).to_flat()
+    return compute_run_metrics(logs, 0, end + MS)
 
 
 def codes(violations: list[Violation]) -> list[str]:
@@ -57,46 +57,46 @@ def codes(violations: list[Violation]) -> list[str]:
 
 def test_clean_run_counts():
     logs = [make_log(i) for i in range(10)]
-    assert check_run(logs, flat(logs), True, 0.01, teardown=TeardownReport(pgid=1, clean=True)) == []
+    assert check_run(logs, window(logs), True, 0.01, teardown=TeardownReport(pgid=1, clean=True)) == []
 
 
 def test_error_rate_above_threshold_fails_and_at_threshold_passes():
     logs = [make_log(i, ok=i >= 2) for i in range(10)]
-    v = check_run(logs, flat(logs), True, 0.01)
+    v = check_run(logs, window(logs), True, 0.01)
     assert codes(v) == ["error_rate_exceeded"]
     assert "20.00%" in v[0].message and "2 of 10" in v[0].message
     at = [make_log(i, ok=i != 0) for i in range(100)]
-    assert check_run(at, flat(at), True, max_error_rate=0.01) == []
+    assert check_run(at, window(at), True, max_error_rate=0.01) == []
 
 
 def test_error_rate_is_computed_from_logs_when_metrics_lack_it():
     logs = [make_log(i, ok=i != 0) for i in range(4)]
-    assert codes(check_run(logs, {}, False, 0.1)) == ["error_rate_exceeded"]
-    assert check_run(logs, {}, False, 0.25) == []
+    assert codes(check_run(logs, WindowMetrics(), False, 0.1)) == ["error_rate_exceeded"]
+    assert check_run(logs, WindowMetrics(), False, 0.25) == []
 
 
 def test_zero_output_tokens_counts_as_failed():
     logs = [make_log(i) for i in range(3)] + [make_log(3, n=0)]
     logs[3].events = []
     logs[3].completion_tokens = 0
-    assert codes(check_run(logs, {}, False, 0.01)) == ["error_rate_exceeded"]
+    assert codes(check_run(logs, WindowMetrics(), False, 0.01)) == ["error_rate_exceeded"]
 
 
 def test_no_measured_request_fails():
     logs = [make_log(0, warmup=True)]
-    v = check_run(logs, flat(logs), True)
+    v = check_run(logs, window(logs), True)
     assert codes(v) == ["error_rate_exceeded"] and "no measured request" in v[0].message
 
 
 def test_warmup_failures_count_nowhere():
     logs = [make_log(0, ok=False, warmup=True)] + [make_log(i) for i in range(1, 5)]
-    assert check_run(logs, flat(logs), True) == []
+    assert check_run(logs, window(logs), True) == []
 
 
 @pytest.mark.parametrize(("n", "ok"), [(100, True), (95, True), (105, True), (94, False), (106, False)])
 def test_output_length_tolerance_is_five_percent(n, ok):
     logs = [make_log(i, n=n, output_len=100) for i in range(5)]
-    v = check_run(logs, flat(logs), True)
+    v = check_run(logs, window(logs), True)
     assert (v == []) is ok
     if not ok:
         assert codes(v) == ["output_length_mismatch"]
@@ -105,42 +105,42 @@ def test_output_length_tolerance_is_five_percent(n, ok):
 
 def test_output_length_needs_95_percent_of_requests():
     short_one_in_20 = [make_log(i, n=8 if i == 0 else 16) for i in range(20)]
-    assert check_run(short_one_in_20, flat(short_one_in_20), True) == []
+    assert check_run(short_one_in_20, window(short_one_in_20), True) == []
     short_one_in_10 = [make_log(i, n=8 if i == 0 else 16) for i in range(10)]
-    v = check_run(short_one_in_10, flat(short_one_in_10), True)
+    v = check_run(short_one_in_10, window(short_one_in_10), True)
     assert codes(v) == ["output_length_mismatch"]
     assert "90.0%" in v[0].message and "request 0: 8 tokens for 16 requested" in v[0].message
 
 
 def test_output_length_is_not_checked_without_ignore_eos():
     logs = [make_log(i, n=4) for i in range(5)]
-    assert check_run(logs, flat(logs), False) == []
+    assert check_run(logs, window(logs), False) == []
 
 
 def test_input_length_mismatch_names_the_counts():
     logs = [make_log(i, prompt_tokens=140, input_len=128) for i in range(5)]
-    v = check_run(logs, flat(logs), True)
+    v = check_run(logs, window(logs), True)
     assert codes(v) == ["input_length_mismatch"]
     assert "server counted 140 prompt tokens for 128 intended" in v[0].message
     close = [make_log(i, prompt_tokens=134, input_len=128) for i in range(5)]  # 4.7 % off
-    assert check_run(close, flat(close), True) == []
+    assert check_run(close, window(close), True) == []
 
 
 def test_input_length_is_skipped_without_server_counts():
     logs = [make_log(i, prompt_tokens=None, input_len=128) for i in range(5)]
-    assert check_run(logs, flat(logs), True) == []
+    assert check_run(logs, window(logs), True) == []
 
 
 def test_teardown_and_gpu_facts():
     logs = [make_log(i) for i in range(3)]
     report = TeardownReport(pgid=7, clean=False, killed=[8, 9], survivors=[9])
-    v = check_run(logs, flat(logs), True, teardown=report)
+    v = check_run(logs, window(logs), True, teardown=report)
     assert codes(v) == ["teardown_incomplete"] and "[9]" in v[0].message
     as_dict = {"pgid": 7, "clean": True, "survivors": [], "gpus_freed": False,
                "gpus_message": "GPU-1234: 812 MiB used, baseline 3 MiB"}
-    v = check_run(logs, flat(logs), True, teardown=as_dict)
+    v = check_run(logs, window(logs), True, teardown=as_dict)
     assert codes(v) == ["gpus_not_freed"] and "812 MiB" in v[0].message
-    v = check_run(logs, flat(logs), True, server_ready=False, gpus_idle_before=False,
+    v = check_run(logs, window(logs), True, server_ready=False, gpus_idle_before=False,
                   gpus_idle_detail="GPU-1 has pid 4242", teardown_clean=False)
     assert codes(v) == ["server_not_ready", "teardown_incomplete", "gpus_not_idle"]
     assert "pid 4242" in v[2].message
@@ -148,27 +148,28 @@ def test_teardown_and_gpu_facts():
 
 def test_unknown_facts_break_nothing():
     logs = [make_log(i) for i in range(3)]
-    assert check_run(logs, flat(logs), True, server_ready=None, teardown=None, teardown_clean=None,
+    assert check_run(logs, window(logs), True, server_ready=None, teardown=None, teardown_clean=None,
                      gpus_idle_before=None, gpus_freed_after=None) == []
 
 
 def test_suspect_is_a_mark_not_a_failure():
     # every request: 1 + 5 x 3 tokens, so mean tokens per chunk = 16 / 6 = 2.67
     logs = [make_log(i, per_chunk=3) for i in range(5)]
-    metrics_flat = flat(logs)
-    spec = {"acceptance_length": 3.9}  # server says 3.9: the client estimates disagree
-    v = check_run(logs, metrics_flat, True, spec_decode=spec)
+    measured = window(logs)
+    assert check_run(logs, measured, True) == []  # no acceptance figures: nothing to cross-check
+    # server says 3.9: the client estimates disagree
+    v = check_run(logs, measured.with_spec_decode({"acceptance_length": 3.9}), True)
     assert v and set(codes(v)) == {"suspect"}
     assert all(not x.is_failure for x in v)
     assert failures(v) == []
-    agree = check_run(logs, metrics_flat, True, spec_decode={"acceptance_length": 2.7},
+    agree = check_run(logs, measured.with_spec_decode({"acceptance_length": 2.7}), True,
                       suspect_messages=["given by the caller"])
     assert codes(agree) == ["suspect"] and agree[0].message == "given by the caller"
 
 
 def test_every_code_has_a_text():
     logs = [make_log(i, ok=i > 0, n=4, prompt_tokens=200) for i in range(4)]
-    v = check_run(logs, flat(logs), True, server_ready=False, teardown_clean=False, gpus_idle_before=False,
+    v = check_run(logs, window(logs), True, server_ready=False, teardown_clean=False, gpus_idle_before=False,
                   gpus_freed_after=False, suspect_messages=["x"])
     assert set(codes(v)) == set(REASON_CODES)
     assert [x.code for x in failures(v)] == [c for c in REASON_CODES if c != "suspect"]

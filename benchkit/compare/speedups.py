@@ -23,6 +23,9 @@ from benchkit.hosts.allocation import inconsistent_tp_gpus
 MATCH_FIELDS = ("engine", "engine_version", "engine_build", "model", "gpu_uuids", "tp", "dataset", "input_len",
                 "output_len", "concurrency", "request_rate", "temperature", "seed")
 CONFIG_FIELDS = ("method", "num_speculative_tokens", "tree_budget", "drafter")
+#: The figure a speedup divides (MEASUREMENT.md "Comparing runs": output tok/s ratio), a
+#: benchkit.measure.metrics.WindowMetrics field.
+SPEED_FIELD = "output_throughput_tok_s"
 
 
 def match_key(p: dict[str, Any]) -> tuple:
@@ -53,7 +56,7 @@ class Speedup:
     n_repeats: int
     baseline_run_ids: list[int]
     run_ids: list[int]
-    median_output_throughput: float
+    median_output_throughput: float | None
     reason: str = ""
 
 
@@ -72,7 +75,9 @@ def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
     """One Speedup per (match key, configuration), `auto` included (value 1.0 against itself).
 
     Where a match key has no `auto` point, every configuration there gets value None and
-    reason "no matching auto baseline".
+    reason "no matching auto baseline". Points whose output tok/s is unknown (None: an imported
+    file without it) count for nothing; a configuration with none gets value None and reason
+    "output tok/s unknown".
     """
     groups: dict[tuple, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
@@ -80,14 +85,16 @@ def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
     out: list[Speedup] = []
     for key, configs in groups.items():
         base = [p for cfg, ps in configs.items() if cfg[0] == "auto" for p in ps]
-        base_tps = [p["output_throughput"] for p in base]
+        base_tps = [p[SPEED_FIELD] for p in base if p[SPEED_FIELD] is not None]
         for cfg, ps in configs.items():
-            tps = [p["output_throughput"] for p in ps]
-            med = float(np.median(tps))
+            tps = [p[SPEED_FIELD] for p in ps if p[SPEED_FIELD] is not None]
+            med = float(np.median(tps)) if tps else None
             sp = Speedup(label=ps[0]["label"], key=key, config=cfg, value=None, ci95=None, n_repeats=len(ps),
                          baseline_run_ids=[p["run_id"] for p in base], run_ids=[p["run_id"] for p in ps],
                          median_output_throughput=med)
-            if not base_tps or float(np.median(base_tps)) <= 0:
+            if med is None:
+                sp.reason = "output tok/s unknown"
+            elif not base_tps or float(np.median(base_tps)) <= 0:
                 sp.reason = "no matching auto baseline"
             else:
                 sp.value = med / float(np.median(base_tps))

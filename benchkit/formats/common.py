@@ -1,31 +1,32 @@
 """What the result-file readers share: the error type, the imported-run shape, typed field
-access that names the field, the per-request lists both tools write, and JSON reading (one
-object, or JSON lines).
+access that names the field, reading `WindowMetrics` from vLLM's key layout (`read_window`), the
+per-request lists both tools write, and JSON reading (one object, or JSON lines).
 
-Both tools' "ITL" is the gap between consecutive streamed messages, which draftboard calls ICL
-(docs/MEASUREMENT.md); their ITL statistics are imported under draftboard's `*_icl_ms` keys and
-draftboard's per-token `*_itl_ms` stay None. A key a file lacks imports as None, never as an
-error. A malformed file (not JSON, a line that is not JSON, a field of the wrong type, per-request
-lists of different lengths) raises `ResultFileError` naming the file, the line (JSON lines) and
-the field; nothing is returned then.
+Which key holds which figure is the schema's metadata (`MetricField.vllm_key`,
+benchkit.measure.metrics), not a list here. Both tools' "ITL" is the gap between consecutive
+streamed messages, which draftboard calls ICL (docs/MEASUREMENT.md); their ITL statistics are
+imported as draftboard's `*_icl_ms` and draftboard's per-token `*_itl_ms` stay None. A key a file
+lacks imports as None (unknown), never as 0 and never as an error. A malformed file (not JSON,
+a line that is not JSON, a field of the wrong type, per-request lists of different lengths)
+raises `ResultFileError` naming the file, the line (JSON lines) and the field; nothing is
+returned then.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchkit.measure.metrics import FLAT_KEYS, STAT_NAMES
+from benchkit.measure.metrics import METRIC_FIELDS, MetricField, WindowMetrics
 
 TOOL_VLLM = "vllm bench serve"
 TOOL_SGLANG = "sglang.bench_serving"
 TOOL_DRAFTBOARD = "draftboard"
-
-STATS = STAT_NAMES
 
 COMMON_DEFINITIONS = {
     "itl": "per chunk: gap between consecutive streamed messages (the tool's ITL is draftboard's ICL); "
@@ -34,6 +35,7 @@ COMMON_DEFINITIONS = {
     "tpot": "(latency - TTFT) / (output tokens - 1) per request",
     "percentiles": "numpy.percentile, linear interpolation; std is the population std (ddof=0)",
 }
+
 
 class ResultFileError(ValueError):
     """A result file cannot be imported. The message names the file, the line (for JSON lines,
@@ -56,10 +58,10 @@ class ImportedRun:
     `export_vllm_layout`). `source_version`: the tool or server version when the file records
     one (SGLang's `server_info.version`, a vLLM `--metadata` key `version`/`vllm_version`),
     else None. `definitions`: how the tool defines its numbers where they differ from or need
-    saying beside draftboard's (docs/MEASUREMENT.md). `metrics_flat`: draftboard's flat keys
-    (`FLAT_KEYS`; ms, tok/s, req/s, s), None where the file does not give the value.
-    `spec_decode`: acceptance figures (keys of `SpecDecodeMetrics.to_flat()`: acceptance_rate
-    as a fraction, acceptance_length = tau, ...) or None. `workload`: input_len, output_len
+    saying beside draftboard's (docs/MEASUREMENT.md). `metrics`: the window's figures
+    (`WindowMetrics`, acceptance figures included: acceptance_rate as a fraction,
+    acceptance_length = tau), None where the file does not give a value. `spec_source`: where
+    the acceptance figures come from, None without them. `workload`: input_len, output_len
     (tokens, intended), num_prompts, concurrency, request_rate (req/s, None = unbounded),
     burstiness, model, tokenizer, backend, dataset (None where unrecorded). `per_request`: lists
     of equal length (input_lens, output_lens, ttfts_ms, icls_ms (list per request),
@@ -70,9 +72,9 @@ class ImportedRun:
     source_tool: str
     source_version: str | None
     definitions: dict[str, str]
-    metrics_flat: dict[str, Any]
+    metrics: WindowMetrics
     workload: dict[str, Any]
-    spec_decode: dict[str, Any] | None = None
+    spec_source: str | None = None
     per_request: dict[str, list] | None = None
     source_extra: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
@@ -83,16 +85,19 @@ class ImportedRun:
 
 
 class SourceObject:
-    """A source object with its place in the file, for typed reads that name the field."""
+    """A source object with its place in the file, for typed reads that name the field.
 
-    def __init__(self, data: dict[str, Any], path: str, line: int | None):
+    `prefix` names an object nested in the file's object (e.g. "draftboard.metrics.") in errors."""
+
+    def __init__(self, data: dict[str, Any], path: str, line: int | None, prefix: str = ""):
         self.data = data
         self.path = path
         self.line = line
+        self.prefix = prefix
         self.used: set[str] = set()
 
     def error(self, key: str | None, message: str) -> ResultFileError:
-        return ResultFileError(self.path, message, self.line, key)
+        return ResultFileError(self.path, message, self.line, f"{self.prefix}{key}" if key else None)
 
     def _raw(self, key: str) -> Any:
         self.used.add(key)
@@ -114,6 +119,12 @@ class SourceObject:
             if not value.is_integer():
                 raise self.error(key, f"expected a whole number, got {value!r}")
             value = int(value)
+        return value
+
+    def bool_(self, key: str) -> bool | None:
+        value = self._raw(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {type(value).__name__} {value!r:.40}")
         return value
 
     def str_(self, key: str) -> str | None:
@@ -188,10 +199,6 @@ def seconds_to_ms(values: list[float] | None) -> list[float] | None:
     return None if values is None else [v * 1000.0 if v is not None else None for v in values]
 
 
-def empty_flat() -> dict[str, Any]:
-    return {k: None for k in FLAT_KEYS}
-
-
 def error_rate_of(completed: int | None, failed: int | None) -> float | None:
     if completed is None or failed is None:
         return None
@@ -249,10 +256,33 @@ def tokens_per_chunk_of(per_request: dict[str, list] | None) -> float | None:
     return tokens / chunks if chunks else None
 
 
-def stat_block(o: SourceObject, flat: dict[str, Any], src_metric: str, our_metric: str) -> None:
-    for stat in STATS:
-        flat[f"{stat}_{our_metric}_ms"] = o.num(f"{stat}_{src_metric}_ms")
+def read_metric(o: SourceObject, f: MetricField, key: str) -> Any:
+    """The value of metric `f` under `key`, checked against `f.kind` (ResultFileError naming the
+    key otherwise); None when absent."""
+    readers = {int: o.int_, bool: o.bool_, list: o.num_list}
+    return readers.get(f.kind, o.num)(key)
 
+
+def read_window(o: SourceObject, e2el_key: str | None,
+                renames: Mapping[str, str] | None = None) -> tuple[WindowMetrics, dict[str, list] | None]:
+    """(WindowMetrics, per-request lists) of a source object in `vllm bench serve`'s key layout.
+
+    Each field with a `vllm_key` is read from that key (or from `renames[vllm_key]`, for a tool
+    that names the same figure differently) and brought to draftboard's scale
+    (`MetricField.from_vllm`: percent -> fraction). The figures vLLM has no key for are derived
+    from the per-request lists (`per_request_lists(o, e2el_key)`): `failed` (when the file lacks
+    it) from the errors, `error_rate` from completed and failed, `mean_tokens_per_chunk`;
+    per-token ITL and `output_tokens_from_text` stay None. Raises ResultFileError naming the key.
+    """
+    renames = renames or {}
+    values = {f.name: f.from_vllm(read_metric(o, f, renames.get(f.vllm_key, f.vllm_key)))
+              for f in METRIC_FIELDS if f.vllm_key}
+    per_request = per_request_lists(o, e2el_key)
+    if values["failed"] is None:
+        values["failed"] = failed_from_errors(per_request)
+    values["error_rate"] = error_rate_of(values["completed"], values["failed"])
+    values["mean_tokens_per_chunk"] = tokens_per_chunk_of(per_request)
+    return WindowMetrics(**values), per_request
 
 
 def read_objects(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
@@ -291,7 +321,6 @@ def read_objects(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
             raise ResultFileError(path, f"expected a JSON object, got a {type(obj).__name__}", line=number)
         objects.append((number, obj))
     return objects
-
 
 
 def json_safe(value: Any) -> Any:

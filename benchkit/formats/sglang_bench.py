@@ -12,22 +12,16 @@
   `--output-details` also `input_lens`, `output_lens`, `ttfts`, `itls`, `generated_texts`,
   `errors`. Older versions lack `tag`, `server_info`, `total_throughput`,
   `max_output_tokens_per_s`, `max_concurrent_requests` (and very old ones `accept_length`).
+
+The summary keys are vLLM's (`MetricField.vllm_key`) but for the three in `SGLANG_KEYS`; the
+figures SGLang does not write (failed, goodput, draft counts) import as None, `failed` is counted
+from the per-request errors where the file has them.
 """
 
 from __future__ import annotations
 
-from benchkit.formats.common import (
-    COMMON_DEFINITIONS,
-    TOOL_SGLANG,
-    ImportedRun,
-    SourceObject,
-    empty_flat,
-    error_rate_of,
-    failed_from_errors,
-    per_request_lists,
-    stat_block,
-    tokens_per_chunk_of,
-)
+from benchkit.formats.common import COMMON_DEFINITIONS, TOOL_SGLANG, ImportedRun, SourceObject, read_window
+from benchkit.measure.metrics import STAT_NAMES
 
 SGLANG_DEFINITIONS: dict[str, str] = {
     **COMMON_DEFINITIONS,
@@ -39,35 +33,19 @@ SGLANG_DEFINITIONS: dict[str, str] = {
     "failed": "not in the file; counted from the per-request errors when --output-details was used",
 }
 
-def import_sglang(o: SourceObject) -> ImportedRun:
-    flat = empty_flat()
-    for key in ("duration", "request_throughput", "output_throughput", "max_output_tokens_per_s"):
-        flat[key] = o.num(key)
-    for key in ("completed", "total_input_tokens", "total_output_tokens"):
-        flat[key] = o.int_(key)
-    flat["total_token_throughput"] = o.num("total_throughput")
-    for metric in ("ttft", "tpot"):
-        stat_block(o, flat, metric, metric)
-    stat_block(o, flat, "itl", "icl")
-    stat_block(o, flat, "e2e_latency", "e2el")
-    per_request = per_request_lists(o, None)
-    flat["failed"] = failed_from_errors(per_request)
-    flat["error_rate"] = error_rate_of(flat["completed"], flat["failed"])
-    flat["mean_tokens_per_chunk"] = tokens_per_chunk_of(per_request)
+#: vLLM key -> the key sglang.bench_serving writes the same figure under.
+SGLANG_KEYS: dict[str, str] = {
+    "total_token_throughput": "total_throughput",
+    "spec_decode_acceptance_length": "accept_length",
+    **{f"{stat}_e2el_ms": f"{stat}_e2e_latency_ms" for stat in STAT_NAMES},
+}
+SGLANG_SPEC_SOURCE = ("sglang.bench_serving accept_length: server-wide /get_server_info avg_spec_accept_length, "
+                      "not a window delta")
 
-    accept_length = o.num("accept_length")
-    spec = None
-    if accept_length is not None:
-        spec = {
-            "spec_num_drafts": None,
-            "spec_num_draft_tokens": None,
-            "spec_num_accepted_tokens": None,
-            "acceptance_rate": None,
-            "acceptance_length": accept_length,
-            "per_position_acceptance_rate": [],
-            "spec_source": "sglang.bench_serving accept_length: server-wide /get_server_info "
-            "avg_spec_accept_length, not a window delta",
-        }
+
+def import_sglang(o: SourceObject) -> ImportedRun:
+    """One `sglang.bench_serving` result line (see the module docstring for its keys)."""
+    window, per_request = read_window(o, None, SGLANG_KEYS)
     dataset = o.str_("dataset_name")
     random_in, random_out = o.int_("random_input_len"), o.int_("random_output_len")
     sharegpt_out = o.int_("sharegpt_output_len")
@@ -103,9 +81,9 @@ def import_sglang(o: SourceObject) -> ImportedRun:
         source_tool=TOOL_SGLANG,
         source_version=version if isinstance(version, str) else None,
         definitions=dict(SGLANG_DEFINITIONS),
-        metrics_flat=flat,
+        metrics=window,
         workload=workload,
-        spec_decode=spec,
+        spec_source=SGLANG_SPEC_SOURCE if window.acceptance_length is not None else None,
         per_request=per_request,
         source_extra=extra,
     )

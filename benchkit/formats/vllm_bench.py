@@ -17,8 +17,10 @@
   lack `failed`, `endpoint_type`, `burstiness`, `max_concurrency`, `max_output_tokens_per_s`,
   the e2el block and `latencies`, and carry `best_of` / `use_beam_search`.
 
-The draftboard export (`export_vllm_layout`) is a vLLM-layout file with draftboard's own keys
-under "draftboard"; `import_draftboard` reads it back.
+Which vLLM key carries which draftboard figure (and vLLM's percent for the acceptance rate) is
+the schema's metadata (`MetricField.vllm_key`, `vllm_scale` in benchkit.measure.metrics); both
+directions go through it. The draftboard export (`export_vllm_layout`) is a vLLM-layout file
+with draftboard's own figures under "draftboard"; `import_draftboard` reads it back.
 """
 
 from __future__ import annotations
@@ -29,23 +31,23 @@ from typing import Any
 
 from benchkit.formats.common import (
     COMMON_DEFINITIONS,
-    STATS,
     TOOL_DRAFTBOARD,
     TOOL_VLLM,
     ImportedRun,
     SourceObject,
-    empty_flat,
-    error_rate_of,
-    failed_from_errors,
     json_safe,
-    per_request_lists,
-    stat_block,
-    tokens_per_chunk_of,
+    read_metric,
+    read_window,
 )
-from benchkit.measure.metrics import FLAT_KEYS
+from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
 
-#: Version of the `draftboard` block written by `export_vllm_layout`.
-EXPORT_FORMAT = 1
+#: Version of the `draftboard` block written by `export_vllm_layout`. Format 1 (before the
+#: metric schema) named five figures differently and kept the acceptance figures apart in
+#: `draftboard.spec_decode`; `import_draftboard` still reads it.
+EXPORT_FORMAT = 2
+_FORMAT1_NAMES = {"duration": "duration_s", "request_throughput": "request_throughput_req_s",
+                  "output_throughput": "output_throughput_tok_s",
+                  "total_token_throughput": "total_token_throughput_tok_s", "goodput": "request_goodput_req_s"}
 
 VLLM_DEFINITIONS: dict[str, str] = {
     **COMMON_DEFINITIONS,
@@ -70,45 +72,12 @@ DRAFTBOARD_DEFINITIONS: dict[str, str] = {
     "acceptance_length": "tau = 1 + d accepted / d drafts over the window",
 }
 
-
-def _vllm_spec(o: SourceObject) -> dict[str, Any] | None:
-    rate = o.num("spec_decode_acceptance_rate")
-    length = o.num("spec_decode_acceptance_length")
-    drafts = o.num("spec_decode_num_drafts")
-    tokens = o.num("spec_decode_draft_tokens")
-    accepted = o.num("spec_decode_accepted_tokens")
-    per_pos = o.num_list("spec_decode_per_position_acceptance_rates")
-    if all(v is None for v in (rate, length, drafts, tokens, accepted, per_pos)):
-        return None
-    return {
-        "spec_num_drafts": drafts,
-        "spec_num_draft_tokens": tokens,
-        "spec_num_accepted_tokens": accepted,
-        "acceptance_rate": rate / 100.0 if rate is not None else None,
-        "acceptance_length": length,
-        "per_position_acceptance_rate": list(per_pos) if per_pos is not None else [],
-        "spec_source": "vllm bench serve: window delta of vllm:spec_decode_* counters",
-    }
+VLLM_SPEC_SOURCE = "vllm bench serve: window delta of vllm:spec_decode_* counters"
 
 
 def import_vllm(o: SourceObject) -> ImportedRun:
-    flat = empty_flat()
-    for key in ("duration", "request_throughput", "output_throughput", "total_token_throughput",
-                "max_output_tokens_per_s"):
-        flat[key] = o.num(key)
-    for key in ("completed", "failed", "total_input_tokens", "total_output_tokens"):
-        flat[key] = o.int_(key)
-    flat["goodput"] = o.num("request_goodput")
-    for metric in ("ttft", "tpot", "e2el"):
-        stat_block(o, flat, metric, metric)
-    stat_block(o, flat, "itl", "icl")
-    per_request = per_request_lists(o, "latencies")
-    if flat["failed"] is None:
-        flat["failed"] = failed_from_errors(per_request)
-    flat["error_rate"] = error_rate_of(flat["completed"], flat["failed"])
-    flat["mean_tokens_per_chunk"] = tokens_per_chunk_of(per_request)
-    spec = _vllm_spec(o)
-
+    """One `vllm bench serve` result object (see the module docstring for its keys)."""
+    window, per_request = read_window(o, "latencies")
     backend = o.str_("backend")
     endpoint_type = o.str_("endpoint_type")
     workload = {
@@ -139,17 +108,19 @@ def import_vllm(o: SourceObject) -> ImportedRun:
         source_tool=TOOL_VLLM,
         source_version=version,
         definitions=dict(VLLM_DEFINITIONS),
-        metrics_flat=flat,
+        metrics=window,
         workload=workload,
-        spec_decode=spec,
+        spec_source=VLLM_SPEC_SOURCE if window.has_spec_decode else None,
         per_request=per_request,
         source_extra=extra,
     )
 
 
 def import_draftboard(o: SourceObject) -> ImportedRun:
-    """A file written by `export_vllm_layout`: the vLLM keys plus the `draftboard` block, whose
-    metrics (with per-token ITL) and definitions win."""
+    """A file written by `export_vllm_layout` (format 2, or the older format 1): the vLLM keys
+    plus the `draftboard` block, whose metrics (per-token ITL included) and definitions win.
+    Keys of draftboard.metrics that are not WindowMetrics fields are kept in
+    `source_extra["draftboard_metrics"]`."""
     run = import_vllm(o)
     block = o.data["draftboard"]
     if not isinstance(block, dict):
@@ -157,56 +128,60 @@ def import_draftboard(o: SourceObject) -> ImportedRun:
     metrics = block.get("metrics")
     if not isinstance(metrics, dict):
         raise o.error("draftboard.metrics", "expected an object of draftboard metric keys")
-    for key, value in metrics.items():
-        if value is not None and not isinstance(value, (int, float)):
-            raise o.error(
-                f"draftboard.metrics.{key}", f"expected a number, true/false or null, got {value!r:.40}"
-            )
-    flat = empty_flat()
-    flat.update(metrics)
-    spec = block.get("spec_decode")
-    if spec is not None and not isinstance(spec, dict):
-        raise o.error("draftboard.spec_decode", f"expected an object, got {type(spec).__name__}")
+    spec_source = block.get("spec_source")
+    if block.get("format") == 1:
+        spec = block.get("spec_decode") or {}
+        if not isinstance(spec, dict):
+            raise o.error("draftboard.spec_decode", f"expected an object, got {type(spec).__name__}")
+        metrics = {_FORMAT1_NAMES.get(k, k): v for k, v in metrics.items()}
+        metrics.update({k: v for k, v in spec.items() if k in METRICS})
+        spec_source = spec.get("spec_source")
+    elif block.get("format") != EXPORT_FORMAT:
+        raise o.error("draftboard.format", f"unknown export format {block.get('format')!r} "
+                                           f"(this draftboard reads 1 and {EXPORT_FORMAT})")
+    inner = SourceObject(metrics, o.path, o.line, prefix="draftboard.metrics.")
+    window = WindowMetrics(**{f.name: read_metric(inner, f, f.name) for f in METRIC_FIELDS})
     definitions = block.get("definitions")
     if not isinstance(definitions, dict):
         definitions = dict(DRAFTBOARD_DEFINITIONS)
     run.source_tool = TOOL_DRAFTBOARD
     run.source_version = f"export format {block.get('format')}"
     run.definitions = definitions
-    run.metrics_flat = flat
-    run.spec_decode = spec
+    run.metrics = window
+    run.spec_source = spec_source if isinstance(spec_source, str) else None
     run.source_extra.pop("draftboard", None)
     run.source_extra["draftboard_run"] = block.get("run") or {}
+    if inner.extra():
+        run.source_extra["draftboard_metrics"] = inner.extra()
     return run
 
 
 def export_vllm_layout(
-    metrics_flat: dict[str, Any], run_meta: dict[str, Any] | None = None
+    window: WindowMetrics, run_meta: dict[str, Any] | None = None, spec_source: str | None = None
 ) -> dict[str, Any]:
     """One run as a dict in the key layout of `vllm bench serve --save-result`, plus draftboard's
     own keys under "draftboard". Write it with `json.dump` to get a file vLLM tooling reads.
 
-    `metrics_flat`: `RunMetrics.to_flat()` (draftboard keys, see FLAT_KEYS). `run_meta`
-    (all optional): `model`, `tokenizer`, `backend`, `label`, `date` (str or datetime),
-    `num_prompts`, `concurrency`, `request_rate` (req/s, None = unbounded, written "inf"),
-    `burstiness`, `spec_decode` (`SpecDecodeMetrics.to_flat()`); every key of `run_meta` is also
-    kept verbatim under draftboard.run.
+    `window`: the run's WindowMetrics. `run_meta` (all optional): `model`, `tokenizer`,
+    `backend`, `label`, `date` (str or datetime), `num_prompts`, `concurrency`, `request_rate`
+    (req/s, None = unbounded, written "inf"), `burstiness`; every key of `run_meta` is also kept
+    verbatim under draftboard.run. `spec_source`: where the acceptance figures came from.
 
-    Top-level keys, as vLLM names them: date, endpoint_type, backend, label, model_id,
-    tokenizer_id, num_prompts, request_rate, burstiness, max_concurrency, duration (s),
+    Top-level keys, as vLLM names them: the setup keys date, endpoint_type, backend, label,
+    model_id, tokenizer_id, num_prompts, request_rate, burstiness, max_concurrency; then every
+    WindowMetrics field that has a `vllm_key`, under that key and in vLLM's scale (duration,
     completed, failed, total_input_tokens, total_output_tokens, request_throughput,
-    request_goodput (only when draftboard's goodput is set), output_throughput,
-    total_token_throughput, max_output_tokens_per_s, the spec_decode_* keys when
-    `run_meta["spec_decode"]` is set (acceptance rate in percent, as vLLM writes it), and
-    {mean,median,std,p90,p95,p99}_{ttft,tpot,itl,e2el}_ms.
+    output_throughput, total_token_throughput, max_output_tokens_per_s, request_goodput,
+    {mean,median,std,p90,p95,p99}_{ttft,tpot,itl,e2el}_ms, and the spec_decode_* keys, written
+    only when the window has acceptance figures, the acceptance rate in percent), null where
+    unknown.
 
     The top-level `*_itl_ms` keys carry vLLM's definition of ITL (per chunk, draftboard's ICL),
-    so a number means the same in vLLM tooling as in a vLLM-written file. draftboard's per-token
-    ITL, ICL under its own name, error_rate, goodput, mean_tokens_per_chunk and
-    output_tokens_from_text are under draftboard.metrics (every key of `metrics_flat`, and
-    FLAT_KEYS missing from it as null), with
+    so a number means the same in vLLM tooling as in a vLLM-written file. Every draftboard
+    figure (per-token ITL, ICL under its own name, error_rate, mean_tokens_per_chunk, ...) is
+    under draftboard.metrics (`WindowMetrics.to_dict()`), with draftboard.spec_source,
     draftboard.definitions and draftboard.format. `load_result_file` reads such a file back with
-    the identical `metrics_flat`. Non-finite floats become null (JSON has no NaN).
+    the identical WindowMetrics. Non-finite floats become null (JSON has no NaN).
     """
     meta = dict(run_meta or {})
     date = meta.get("date")
@@ -226,32 +201,14 @@ def export_vllm_layout(
         "burstiness": meta.get("burstiness", 1.0),
         "max_concurrency": meta.get("concurrency", meta.get("max_concurrency")),
     }
-    for key in ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-                "request_throughput"):
-        out[key] = metrics_flat.get(key)
-    if metrics_flat.get("goodput") is not None:
-        out["request_goodput"] = metrics_flat["goodput"]
-    for key in ("output_throughput", "total_token_throughput", "max_output_tokens_per_s"):
-        out[key] = metrics_flat.get(key)
-    spec = meta.get("spec_decode")
-    if spec:
-        rate_frac = spec.get("acceptance_rate")
-        out["spec_decode_acceptance_rate"] = rate_frac * 100.0 if rate_frac is not None else None
-        out["spec_decode_acceptance_length"] = spec.get("acceptance_length")
-        out["spec_decode_num_drafts"] = spec.get("spec_num_drafts")
-        out["spec_decode_draft_tokens"] = spec.get("spec_num_draft_tokens")
-        out["spec_decode_accepted_tokens"] = spec.get("spec_num_accepted_tokens")
-        per_pos = spec.get("per_position_acceptance_rate") or []
-        out["spec_decode_per_position_acceptance_rates"] = list(per_pos)
-    for metric in ("ttft", "tpot", "itl", "e2el"):
-        ours = "icl" if metric == "itl" else metric
-        for stat in STATS:
-            out[f"{stat}_{metric}_ms"] = metrics_flat.get(f"{stat}_{ours}_ms")
+    for f in METRIC_FIELDS:
+        if f.vllm_key and (f.group != "spec_decode" or window.has_spec_decode):
+            out[f.vllm_key] = f.to_vllm(getattr(window, f.name))
     out["draftboard"] = {
         "format": EXPORT_FORMAT,
-        "metrics": {**{k: None for k in FLAT_KEYS}, **metrics_flat},
+        "metrics": window.to_dict(),
+        "spec_source": spec_source,
         "definitions": dict(DRAFTBOARD_DEFINITIONS),
-        "spec_decode": spec or None,
         "run": meta,
     }
     return json_safe(out)

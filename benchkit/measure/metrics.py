@@ -23,11 +23,19 @@ completed, measured (non-warmup) requests only.
 
 Percentiles are `numpy.percentile` with linear interpolation (numpy's default "linear" method);
 std is the population standard deviation (ddof=0), as `vllm bench serve` computes it.
+
+The metric schema lives here and nowhere else: `WindowMetrics` is one flat dataclass whose every
+field carries its unit in its name and, in its `dataclasses.field` metadata, its unit, a short
+label, its `vllm bench serve --save-result` key and its physical bounds. `METRIC_FIELDS`
+describes the fields from that metadata; the database columns (runs.models.RunMetrics), the
+result-file readers and writer (benchkit.formats), the point dicts, figures and exports are
+derived from it. Adding a metric is one field here plus a migration.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -40,26 +48,20 @@ NS_PER_S = 1_000_000_000
 #: SLO keys accepted by goodput: upper bounds in ms. `itl_ms` bounds the request's own mean ITL.
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")
 
-#: Latency metrics that get a full statistics block in `RunMetrics.to_flat`.
-STAT_METRICS = ("ttft", "tpot", "itl", "icl", "e2el")
-#: The six statistics of each latency metric, in `to_flat` key order.
+#: Latency metrics with a statistics block in WindowMetrics: name -> (label, unit). ITL and
+#: TPOT are per token (ms/token); ICL, TTFT and E2EL are per chunk or per request (ms).
+LATENCY_METRICS: dict[str, tuple[str, str]] = {
+    "ttft": ("TTFT", "ms"),
+    "tpot": ("TPOT", "ms/token"),
+    "itl": ("ITL", "ms/token"),
+    "icl": ("ICL", "ms"),
+    "e2el": ("E2EL", "ms"),
+}
+#: The six statistics of each latency metric, in field order.
 STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
-#: Every key of `RunMetrics.to_flat()`, in order (import/export use this list).
-FLAT_KEYS: tuple[str, ...] = (
-    "completed",
-    "failed",
-    "error_rate",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "max_output_tokens_per_s",
-    "goodput",
-    "mean_tokens_per_chunk",
-    "output_tokens_from_text",
-) + tuple(f"{s}_{m}_ms" for m in STAT_METRICS for s in STAT_NAMES)
+#: vLLM's name for each latency metric: its "itl" is the gap per streamed message, draftboard's
+#: ICL; draftboard's per-token ITL has no `vllm bench serve` key (MEASUREMENT.md).
+_VLLM_LATENCY = {"ttft": "ttft", "tpot": "tpot", "icl": "itl", "e2el": "e2el"}
 
 #: At most this many values per list in `distributions`.
 DISTRIBUTION_CAP = 5000
@@ -67,33 +69,207 @@ DISTRIBUTION_CAP = 5000
 _TOKEN_KINDS = ("reasoning", "content")
 
 
-@dataclass
-class LatencyStats:
-    """Summary of latency samples, all in ms: mean, median, std (population, ddof=0) and the
-    90th/95th/99th percentiles (numpy linear interpolation)."""
+@dataclass(frozen=True)
+class MetricField:
+    """What one `WindowMetrics` field means, read from its `dataclasses.field` metadata.
 
-    mean: float
-    median: float
-    std: float
-    p90: float
-    p95: float
-    p99: float
+    `name`: the field (unit in the name). `kind`: the type of a present value (int, float, bool,
+    or list of floats); every field may also be None (unknown). `unit`, `label`: for display
+    (`header` joins them). `group`: requests, tokens, throughput, latency or spec_decode.
+    `vllm_key`: the key `vllm bench serve --save-result` writes the figure under
+    (vllm/benchmarks/serve.py, the result dict of `benchmark()`), None where vLLM has none;
+    `vllm_scale`: vLLM's value = draftboard's value x scale (100 for the acceptance rate, which
+    vLLM writes in percent). `lo`, `hi`: physical bounds, inclusive, None where unbounded (for a
+    list, bounds of each element). `summary`: shown in the sweep tables and exports.
+    """
+
+    name: str
+    kind: type
+    unit: str
+    label: str
+    group: str
+    vllm_key: str | None = None
+    vllm_scale: float = 1.0
+    lo: float | None = None
+    hi: float | None = None
+    summary: bool = False
+
+    @property
+    def header(self) -> str:
+        """Column header, e.g. `median TTFT (ms)`."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+    def to_vllm(self, value: Any) -> Any:
+        """draftboard's value (a number, a list, or None) in vLLM's scale (x `vllm_scale`)."""
+        if value is None or self.vllm_scale == 1.0:
+            return value
+        return [x * self.vllm_scale for x in value] if self.kind is list else value * self.vllm_scale
+
+    def from_vllm(self, value: Any) -> Any:
+        """The inverse of `to_vllm`: a value read from a vLLM-layout file in draftboard's scale."""
+        if value is None or self.vllm_scale == 1.0:
+            return value
+        return [x / self.vllm_scale for x in value] if self.kind is list else value / self.vllm_scale
+
+
+def _metric(kind: type, unit: str, label: str, group: str, vllm: str | None = None, *, lo: float | None = 0.0,
+            hi: float | None = None, vllm_scale: float = 1.0, summary: bool = False) -> Any:
+    """A WindowMetrics field: default None (missing is unknown, never 0), its meaning as metadata."""
+    return field(default=None, metadata=dict(kind=kind, unit=unit, label=label, group=group, vllm_key=vllm,
+                                             vllm_scale=vllm_scale, lo=None if kind is bool else lo, hi=hi,
+                                             summary=summary))
+
+
+def _latency(stat: str, metric: str) -> Any:
+    """The field `{stat}_{metric}_ms` of a latency statistics block (see LATENCY_METRICS)."""
+    label, unit = LATENCY_METRICS[metric]
+    vllm = _VLLM_LATENCY.get(metric)
+    return _metric(float, unit, f"{stat} {label}", "latency", f"{stat}_{vllm}_ms" if vllm else None,
+                   summary=stat == "median" and metric in ("ttft", "tpot", "itl"))
+
+
+@dataclass
+class WindowMetrics:
+    """Metrics of one run's measured window (docs/MEASUREMENT.md, "Per run"); every field is
+    None when unknown (an imported file without it), never a placeholder 0.
+
+    Requests: `completed`, `failed` (measured requests only), `error_rate` (failed / all, 0..1),
+    `duration_s` (window length). Tokens: `total_input_tokens` (prompt tokens of completed
+    requests, server counts where given), `total_output_tokens` (sum of n over completed),
+    `output_tokens_from_text` (some completed request's n or per-message tokens came from the
+    client, not the server). Rates over the window: `request_throughput_req_s`,
+    `output_throughput_tok_s`, `total_token_throughput_tok_s` (input + output),
+    `max_output_tokens_per_s` (peak of per-second buckets, token-weighted),
+    `request_goodput_req_s` (completed requests meeting every SLO per second; None without an
+    SLO), `mean_tokens_per_chunk` (client-side estimate of tau). Latency statistics
+    `{mean,median,std,p90,p95,p99}_{ttft,tpot,itl,icl,e2el}_ms` (ms; ms/token for TPOT and
+    ITL): TTFT, TPOT and E2EL request-weighted, ITL token-weighted, ICL chunk-weighted; None
+    without samples. Speculative decoding, from the server's counters over the window (None
+    without drafts): `acceptance_length` (tau = 1 + d accepted / d drafts, >= 1),
+    `acceptance_rate` (d accepted / d draft tokens, a fraction), `spec_num_drafts`,
+    `spec_num_draft_tokens`, `spec_num_accepted_tokens` (deltas), and
+    `per_position_acceptance_rate` (d accepted at position k / d drafts, fractions).
+    Each field's unit, label, vLLM key and bounds: `METRIC_FIELDS`.
+    """
+
+    completed: int | None = _metric(int, "requests", "completed", "requests", "completed")
+    failed: int | None = _metric(int, "requests", "failed", "requests", "failed")
+    error_rate: float | None = _metric(float, "fraction", "error rate", "requests", hi=1.0)
+    duration_s: float | None = _metric(float, "s", "window", "requests", "duration")
+    total_input_tokens: int | None = _metric(int, "tokens", "input tokens", "tokens", "total_input_tokens")
+    total_output_tokens: int | None = _metric(int, "tokens", "output tokens", "tokens", "total_output_tokens")
+    output_tokens_from_text: bool | None = _metric(bool, "", "output tokens counted by the client", "tokens")
+    request_throughput_req_s: float | None = _metric(float, "req/s", "request throughput", "throughput",
+                                                     "request_throughput")
+    output_throughput_tok_s: float | None = _metric(float, "tok/s", "output throughput", "throughput",
+                                                    "output_throughput", summary=True)
+    total_token_throughput_tok_s: float | None = _metric(float, "tok/s", "total token throughput", "throughput",
+                                                         "total_token_throughput")
+    max_output_tokens_per_s: float | None = _metric(float, "tok/s", "peak output throughput", "throughput",
+                                                    "max_output_tokens_per_s")
+    request_goodput_req_s: float | None = _metric(float, "req/s", "goodput", "throughput", "request_goodput")
+    mean_tokens_per_chunk: float | None = _metric(float, "tokens", "mean tokens per chunk", "tokens")
+    mean_ttft_ms: float | None = _latency("mean", "ttft")
+    median_ttft_ms: float | None = _latency("median", "ttft")
+    std_ttft_ms: float | None = _latency("std", "ttft")
+    p90_ttft_ms: float | None = _latency("p90", "ttft")
+    p95_ttft_ms: float | None = _latency("p95", "ttft")
+    p99_ttft_ms: float | None = _latency("p99", "ttft")
+    mean_tpot_ms: float | None = _latency("mean", "tpot")
+    median_tpot_ms: float | None = _latency("median", "tpot")
+    std_tpot_ms: float | None = _latency("std", "tpot")
+    p90_tpot_ms: float | None = _latency("p90", "tpot")
+    p95_tpot_ms: float | None = _latency("p95", "tpot")
+    p99_tpot_ms: float | None = _latency("p99", "tpot")
+    mean_itl_ms: float | None = _latency("mean", "itl")
+    median_itl_ms: float | None = _latency("median", "itl")
+    std_itl_ms: float | None = _latency("std", "itl")
+    p90_itl_ms: float | None = _latency("p90", "itl")
+    p95_itl_ms: float | None = _latency("p95", "itl")
+    p99_itl_ms: float | None = _latency("p99", "itl")
+    mean_icl_ms: float | None = _latency("mean", "icl")
+    median_icl_ms: float | None = _latency("median", "icl")
+    std_icl_ms: float | None = _latency("std", "icl")
+    p90_icl_ms: float | None = _latency("p90", "icl")
+    p95_icl_ms: float | None = _latency("p95", "icl")
+    p99_icl_ms: float | None = _latency("p99", "icl")
+    mean_e2el_ms: float | None = _latency("mean", "e2el")
+    median_e2el_ms: float | None = _latency("median", "e2el")
+    std_e2el_ms: float | None = _latency("std", "e2el")
+    p90_e2el_ms: float | None = _latency("p90", "e2el")
+    p95_e2el_ms: float | None = _latency("p95", "e2el")
+    p99_e2el_ms: float | None = _latency("p99", "e2el")
+    acceptance_length: float | None = _metric(float, "tokens/step", "acceptance length tau", "spec_decode",
+                                              "spec_decode_acceptance_length", lo=1.0, summary=True)
+    acceptance_rate: float | None = _metric(float, "fraction", "acceptance rate", "spec_decode",
+                                            "spec_decode_acceptance_rate", hi=1.0, vllm_scale=100.0)
+    spec_num_drafts: float | None = _metric(float, "drafts", "drafts", "spec_decode", "spec_decode_num_drafts")
+    spec_num_draft_tokens: float | None = _metric(float, "tokens", "draft tokens", "spec_decode",
+                                                  "spec_decode_draft_tokens")
+    spec_num_accepted_tokens: float | None = _metric(float, "tokens", "accepted tokens", "spec_decode",
+                                                     "spec_decode_accepted_tokens")
+    per_position_acceptance_rate: list[float] | None = _metric(
+        list, "fraction", "per-position acceptance rate", "spec_decode",
+        "spec_decode_per_position_acceptance_rates", hi=1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """{field name: value}, every field, in field order (None where unknown)."""
+        return asdict(self)
 
     @classmethod
-    def of(cls, samples_ms: list[float] | np.ndarray) -> LatencyStats | None:
-        """Statistics of `samples_ms` (ms), or None when there are no samples."""
-        arr = np.asarray(samples_ms, dtype=float)
-        if arr.size == 0:
-            return None
-        p90, p95, p99 = np.percentile(arr, [90, 95, 99])
-        return cls(
-            mean=float(arr.mean()),
-            median=float(np.median(arr)),
-            std=float(arr.std()),
-            p90=float(p90),
-            p95=float(p95),
-            p99=float(p99),
-        )
+    def from_dict(cls, values: Mapping[str, Any]) -> WindowMetrics:
+        """Build from {field name: value}; absent fields are None. Raises ValueError naming any
+        key that is not a field (use `split_known` first for a source with other keys)."""
+        unknown = [k for k in values if k not in METRICS]
+        if unknown:
+            raise ValueError(f"not WindowMetrics fields: {', '.join(map(repr, unknown))}")
+        return cls(**values)
+
+    def with_spec_decode(self, figures: Mapping[str, Any]) -> WindowMetrics:
+        """A copy whose speculative-decoding fields (group spec_decode) are taken from `figures`
+        (keys named as the fields, e.g. `benchkit.measure.counters.SpecDecodeMetrics.to_flat()`;
+        other keys are ignored, absent ones become None)."""
+        return replace(self, **{f.name: figures.get(f.name) for f in METRIC_FIELDS if f.group == "spec_decode"})
+
+    @property
+    def has_spec_decode(self) -> bool:
+        """True when any speculative-decoding figure is known."""
+        return any(getattr(self, f.name) is not None for f in METRIC_FIELDS if f.group == "spec_decode")
+
+
+def _describe() -> tuple[MetricField, ...]:
+    out = []
+    for f in fields(WindowMetrics):
+        info = MetricField(name=f.name, **f.metadata)
+        if info.group == "latency" and f.name != "_".join(info.label.lower().split()) + "_ms":
+            raise TypeError(f"WindowMetrics.{f.name}: name does not match its statistics block ({info.label})")
+        out.append(info)
+    return tuple(out)
+
+
+#: Every WindowMetrics field described (unit, label, vLLM key, bounds), in field order.
+METRIC_FIELDS: tuple[MetricField, ...] = _describe()
+#: The same, by field name.
+METRICS: dict[str, MetricField] = {f.name: f for f in METRIC_FIELDS}
+#: The fields shown in sweep tables and exports, in field order.
+SUMMARY_FIELDS: tuple[MetricField, ...] = tuple(f for f in METRIC_FIELDS if f.summary)
+
+
+def split_known(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({WindowMetrics field: value}, {every other key: value}) of `values`."""
+    known = {k: v for k, v in values.items() if k in METRICS}
+    return known, {k: v for k, v in values.items() if k not in METRICS}
+
+
+def latency_stats(samples_ms: list[float] | np.ndarray) -> dict[str, float] | None:
+    """{stat: value} for stat in STAT_NAMES (ms, as the samples): mean, median, std (population,
+    ddof=0) and the 90th/95th/99th percentiles (numpy linear interpolation); None without samples."""
+    arr = np.asarray(samples_ms, dtype=float)
+    if arr.size == 0:
+        return None
+    p90, p95, p99 = np.percentile(arr, [90, 95, 99])
+    return {"mean": float(arr.mean()), "median": float(np.median(arr)), "std": float(arr.std()),
+            "p90": float(p90), "p95": float(p95), "p99": float(p99)}
 
 
 @dataclass
@@ -204,117 +380,6 @@ def meets_slo(rm: RequestMetrics, slo: dict[str, float]) -> bool:
     return rm.completed
 
 
-@dataclass
-class RunMetrics:
-    """Metrics of one run's measured window (docs/MEASUREMENT.md, "Per run").
-
-    Counts: `completed`, `failed` (measured requests only). `duration_s`: window length (s).
-    Tokens: `total_input_tokens` (prompt tokens of completed requests, server counts where
-    given), `total_output_tokens` (sum of n over completed). Rates over the window:
-    `request_throughput` (req/s), `output_throughput` (tok/s), `total_token_throughput`
-    (input + output tok/s), `max_output_tokens_per_s` (peak of per-second buckets, tok/s),
-    `goodput` (completed requests meeting every SLO per second; None without an SLO).
-    `mean_tokens_per_chunk` (tokens; None without chunks). `output_tokens_from_text`: some
-    completed request's n or per-message token counts came from the client, not the server.
-    Latency blocks (`LatencyStats`, ms; None without samples): `ttft`, `tpot`, `e2el`
-    request-weighted; `itl` token-weighted (each token one sample); `icl` chunk-weighted.
-    """
-
-    completed: int
-    failed: int
-    duration_s: float
-    total_input_tokens: int
-    total_output_tokens: int
-    request_throughput: float
-    output_throughput: float
-    total_token_throughput: float
-    max_output_tokens_per_s: float
-    goodput: float | None
-    mean_tokens_per_chunk: float | None
-    output_tokens_from_text: bool
-    ttft: LatencyStats | None = None
-    tpot: LatencyStats | None = None
-    itl: LatencyStats | None = None
-    icl: LatencyStats | None = None
-    e2el: LatencyStats | None = None
-
-    @property
-    def error_rate(self) -> float:
-        """failed / (completed + failed); 0.0 for a run without measured requests."""
-        total = self.completed + self.failed
-        return self.failed / total if total else 0.0
-
-    def to_flat(self) -> dict[str, Any]:
-        """Flat dict in the `vllm bench serve --save-result` key layout plus draftboard keys.
-
-        Keys: completed, failed, error_rate, duration (s), total_input_tokens,
-        total_output_tokens, request_throughput, output_throughput, total_token_throughput,
-        max_output_tokens_per_s, goodput, mean_tokens_per_chunk, output_tokens_from_text, and
-        for X in ttft, tpot, itl, icl, e2el: mean_X_ms, median_X_ms, std_X_ms, p90_X_ms,
-        p95_X_ms, p99_X_ms (None when there were no samples). Inverse: `from_flat`.
-        """
-        flat: dict[str, Any] = {
-            "completed": self.completed,
-            "failed": self.failed,
-            "error_rate": self.error_rate,
-            "duration": self.duration_s,
-            "total_input_tokens": self.total_input_tokens,
-            "total_output_tokens": self.total_output_tokens,
-            "request_throughput": self.request_throughput,
-            "output_throughput": self.output_throughput,
-            "total_token_throughput": self.total_token_throughput,
-            "max_output_tokens_per_s": self.max_output_tokens_per_s,
-            "goodput": self.goodput,
-            "mean_tokens_per_chunk": self.mean_tokens_per_chunk,
-            "output_tokens_from_text": self.output_tokens_from_text,
-        }
-        for name in STAT_METRICS:
-            stats = getattr(self, name)
-            for f in fields(LatencyStats):
-                flat[f"{f.name}_{name}_ms"] = getattr(stats, f.name) if stats is not None else None
-        return flat
-
-    @classmethod
-    def from_flat(cls, flat: dict[str, Any]) -> RunMetrics:
-        """Rebuild from `to_flat` output (extra keys are ignored; `error_rate` is derived).
-
-        Raises ValueError naming the first missing key. A statistics block whose six values are
-        all None becomes None.
-        """
-        scalar = {
-            "completed": "completed",
-            "failed": "failed",
-            "duration_s": "duration",
-            "total_input_tokens": "total_input_tokens",
-            "total_output_tokens": "total_output_tokens",
-            "request_throughput": "request_throughput",
-            "output_throughput": "output_throughput",
-            "total_token_throughput": "total_token_throughput",
-            "max_output_tokens_per_s": "max_output_tokens_per_s",
-            "goodput": "goodput",
-            "mean_tokens_per_chunk": "mean_tokens_per_chunk",
-            "output_tokens_from_text": "output_tokens_from_text",
-        }
-        kwargs: dict[str, Any] = {}
-        for attr, key in scalar.items():
-            if key not in flat:
-                raise ValueError(f"run metrics: missing key {key!r}")
-            kwargs[attr] = flat[key]
-        for name in STAT_METRICS:
-            values = {}
-            for f in fields(LatencyStats):
-                key = f"{f.name}_{name}_ms"
-                if key not in flat:
-                    raise ValueError(f"run metrics: missing key {key!r}")
-                values[f.name] = flat[key]
-            kwargs[name] = None if all(v is None for v in values.values()) else LatencyStats(**values)
-        return cls(**kwargs)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Nested dict (`dataclasses.asdict`)."""
-        return asdict(self)
-
-
 def _measured(logs: list[RequestLog]) -> list[RequestLog]:
     return [log for log in logs if not log.warmup]
 
@@ -324,15 +389,17 @@ def compute_run_metrics(
     window_start_ns: int,
     window_end_ns: int,
     slo: dict[str, float] | None = None,
-) -> RunMetrics:
-    """Compute `RunMetrics` for the measured window [window_start_ns, window_end_ns] (ns).
+) -> WindowMetrics:
+    """Compute `WindowMetrics` for the measured window [window_start_ns, window_end_ns] (ns),
+    without the speculative-decoding fields (those come from the server's counters; see
+    `WindowMetrics.with_spec_decode`).
 
     Warmup logs are ignored. Throughputs divide by the window length in seconds (0.0 for an
-    empty window). Peak output tok/s: every token-carrying message of a completed request puts
-    its tokens into the one-second bucket of its arrival, counted from `window_start_ns`;
-    the peak is the largest bucket (tok in that second). Goodput uses `slo` (keys in SLO_KEYS,
-    ms); None when `slo` is None or empty. Raises ValueError when the window ends before it
-    starts or an SLO key is unknown.
+    empty window); error_rate is 0.0 for a window without measured requests. Peak output tok/s:
+    every token-carrying message of a completed request puts its tokens into the one-second
+    bucket of its arrival, counted from `window_start_ns`; the peak is the largest bucket (tok in
+    that second). Goodput uses `slo` (keys in SLO_KEYS, ms); None when `slo` is None or empty.
+    Raises ValueError when the window ends before it starts or an SLO key is unknown.
     """
     if window_end_ns < window_start_ns:
         raise ValueError(f"window ends ({window_end_ns} ns) before it starts ({window_start_ns} ns)")
@@ -359,27 +426,30 @@ def compute_run_metrics(
                 b = (e.t_ns - window_start_ns) // NS_PER_S
                 buckets[b] = buckets.get(b, 0) + e.tokens
     chunks = [t for _, rm in done for t in rm.tokens_per_chunk]
-    goodput = None
-    if slo:
-        goodput = rate(sum(1 for _, rm in done if meets_slo(rm, slo)))
-    return RunMetrics(
+    samples = {
+        "ttft": [rm.ttft_ms for _, rm in done],
+        "tpot": [rm.tpot_ms for _, rm in done if rm.tpot_ms is not None],
+        "itl": [x for _, rm in done for x in rm.itl_ms],
+        "icl": [x for _, rm in done for x in rm.icl_ms],
+        "e2el": [rm.e2el_ms for _, rm in done],
+    }
+    stats = {f"{stat}_{metric}_ms": value for metric, values in samples.items()
+             for stat, value in (latency_stats(values) or {}).items()}
+    return WindowMetrics(
         completed=len(done),
         failed=len(per_request) - len(done),
+        error_rate=(len(per_request) - len(done)) / len(per_request) if per_request else 0.0,
         duration_s=duration_s,
         total_input_tokens=total_in,
         total_output_tokens=total_out,
-        request_throughput=rate(len(done)),
-        output_throughput=rate(total_out),
-        total_token_throughput=rate(total_in + total_out),
-        max_output_tokens_per_s=float(max(buckets.values())) if buckets else 0.0,
-        goodput=goodput,
-        mean_tokens_per_chunk=float(np.mean(chunks)) if chunks else None,
         output_tokens_from_text=any(rm.tokens_from_text or not rm.n_from_server for _, rm in done),
-        ttft=LatencyStats.of([rm.ttft_ms for _, rm in done]),
-        tpot=LatencyStats.of([rm.tpot_ms for _, rm in done if rm.tpot_ms is not None]),
-        itl=LatencyStats.of([x for _, rm in done for x in rm.itl_ms]),
-        icl=LatencyStats.of([x for _, rm in done for x in rm.icl_ms]),
-        e2el=LatencyStats.of([rm.e2el_ms for _, rm in done]),
+        request_throughput_req_s=rate(len(done)),
+        output_throughput_tok_s=rate(total_out),
+        total_token_throughput_tok_s=rate(total_in + total_out),
+        max_output_tokens_per_s=float(max(buckets.values())) if buckets else 0.0,
+        request_goodput_req_s=rate(sum(1 for _, rm in done if meets_slo(rm, slo))) if slo else None,
+        mean_tokens_per_chunk=float(np.mean(chunks)) if chunks else None,
+        **stats,
     )
 
 

@@ -2,7 +2,7 @@
 
 A run is `succeeded` only when no rule below is broken; otherwise it is `failed` (or
 `invalidated`) with the first broken rule's code as its reason. `check_run` is pure: it reads the
-request logs, the run's flat metrics (`benchkit.measure.metrics.RunMetrics.to_flat()`) and facts the
+request logs, the run's window metrics (`benchkit.measure.metrics.WindowMetrics`) and facts the
 runner observed (readiness, teardown, GPU checks), and returns every broken rule.
 
 Besides the failure codes there is one mark that is *not* a failure: `suspect` (the server's
@@ -19,7 +19,7 @@ from typing import Any
 
 from benchkit.measure.counters import cross_check
 from benchkit.measure.logs import RequestLog
-from benchkit.measure.metrics import request_metrics
+from benchkit.measure.metrics import WindowMetrics, request_metrics
 
 #: Reason code -> human text. Every code `check_run` can return is here.
 REASON_CODES: dict[str, str] = {
@@ -95,7 +95,7 @@ def length_share_within(pairs: Sequence[tuple[float, float]], tolerance: float =
 
 def check_run(
     logs: Sequence[RequestLog],
-    metrics_flat: Mapping[str, Any],
+    window: WindowMetrics,
     ignore_eos: bool,
     max_error_rate: float = 0.01,
     *,
@@ -106,7 +106,6 @@ def check_run(
     gpus_idle_detail: str = "",
     gpus_freed_after: bool | None = None,
     gpus_freed_detail: str = "",
-    spec_decode: Any = None,
     suspect_messages: Sequence[str] = (),
     length_tolerance: float = LENGTH_TOLERANCE,
     min_share_within: float = MIN_SHARE_WITHIN,
@@ -116,7 +115,7 @@ def check_run(
     Inputs:
     - `logs`: the run's RequestLog list (warmup logs are ignored); per-request intended lengths
       come from `RequestLog.input_len` / `.output_len` (tokens; 0 = unknown, request skipped).
-    - `metrics_flat`: `RunMetrics.to_flat()`; its `error_rate` (0..1) is compared with
+    - `window`: the run's `WindowMetrics`; its `error_rate` (0..1) is compared with
       `max_error_rate` (the sweep's threshold, default 0.01). Where `error_rate` is missing it is
       computed from the logs. A run with no measured request breaks `error_rate_exceeded`.
     - `ignore_eos`: the workload asked the server to ignore EOS; only then is the output length
@@ -132,9 +131,9 @@ def check_run(
       whose `clean` gives `teardown_incomplete` and whose optional `gpus_freed` /
       `gpus_message` keys give `gpus_not_freed`) or `teardown_clean`; `gpus_idle_before`;
       `gpus_freed_after` (wins over the teardown dict's `gpus_freed`).
-    - Suspect marks (not failures): `suspect_messages` as given, plus, when `spec_decode` (a
-      `promcounters.SpecDecodeMetrics` or its `asdict` form) is given, the result of
-      `promcounters.cross_check(tau, mean_tokens_per_chunk, mean ICL / mean TPOT)`.
+    - Suspect marks (not failures): `suspect_messages` as given, plus, when the window has the
+      server's acceptance length (`window.acceptance_length`, from its counters), the result of
+      `benchkit.measure.counters.cross_check(tau, mean decode tokens per chunk, mean ICL / mean TPOT)`.
 
     Returns the violations in a fixed order (failures first, in REASON_CODES order; then
     suspect marks); an empty list means the run counts. Pure: no I/O.
@@ -154,7 +153,7 @@ def check_run(
         msg = REASON_CODES["teardown_incomplete"]
         out.append(Violation("teardown_incomplete", f"{msg}: {teardown_detail}" if teardown_detail else msg))
 
-    error_rate = metrics_flat.get("error_rate")
+    error_rate = window.error_rate
     if not measured:
         out.append(Violation("error_rate_exceeded", "no measured request was sent in the window"))
     else:
@@ -209,16 +208,15 @@ def check_run(
         out.append(Violation("gpus_not_freed", f"{msg}: {detail}" if detail else msg))
 
     suspects = list(suspect_messages)
-    if spec_decode is not None:
-        sd = spec_decode if isinstance(spec_decode, Mapping) else vars(spec_decode)
-        icl, tpot = metrics_flat.get("mean_icl_ms"), metrics_flat.get("mean_tpot_ms")
+    if window.acceptance_length is not None:
+        icl, tpot = window.mean_icl_ms, window.mean_tpot_ms
         # Tokens per decode step as the client saw them: each request's first chunk comes from
         # prefill (one token, no draft step), so it is left out here, as ICL / TPOT leaves it out.
         # (MEASUREMENT.md's mean tokens per chunk keeps it; for short outputs that biases the
         # estimate low by up to 1 / chunks per request, enough to flag a sound run suspect.)
         decode_chunks = [t for _, rm in done for t in rm.tokens_per_chunk[1:]]
         suspects += cross_check(
-            sd.get("acceptance_length"),
+            window.acceptance_length,
             sum(decode_chunks) / len(decode_chunks) if decode_chunks else None,
             icl / tpot if icl is not None and tpot else None,
         )

@@ -32,6 +32,7 @@ from benchkit.engines.server import ManagedServer, ServerStartError
 from benchkit.hosts import preflight
 from benchkit.measure import counters, loadgen, metrics, validity, workloads
 from benchkit.measure.logs import RequestLog
+from benchkit.measure.metrics import WindowMetrics
 from benchkit.specs import RunSpec
 
 
@@ -64,8 +65,9 @@ class RunOutcome:
     otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
     `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
     what happened. `server_shared`: the run shared its server start with other runs.
-    `metrics_flat` is benchkit.measure.metrics.RunMetrics.to_flat() of the window; `spec_decode` the
-    counter deltas (acceptance_rate, acceptance_length = tau, per_position_rate, ...).
+    `metrics` holds the window's figures (benchkit.measure.metrics.WindowMetrics, the
+    speculative-decoding fields from the counter deltas); `spec_source` names the counters those
+    came from (`vllm`, `sglang`; empty without drafts); `distributions` the run page's samples.
     """
 
     ok: bool
@@ -79,8 +81,8 @@ class RunOutcome:
     logs: list[RequestLog] | None = None
     window_start_ns: int = 0
     window_end_ns: int = 0
-    metrics_flat: dict[str, Any] | None = None
-    spec_decode: dict[str, Any] | None = None
+    metrics: WindowMetrics | None = None
+    spec_source: str = ""
     distributions: dict[str, Any] = field(default_factory=dict)
     suspect_reasons: list[str] = field(default_factory=list)
     violations: list[tuple[str, str]] = field(default_factory=list)
@@ -287,8 +289,8 @@ def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], 
 
 def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutcome:
     w = spec.workload
-    m = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
-    out.metrics_flat = m.to_flat()
+    window = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
+    out.metrics = window
     out.distributions = metrics.distributions(out.logs or [])
     try:
         sd = counters.spec_decode_metrics(readings.get("before"), readings.get("after"))
@@ -296,9 +298,10 @@ def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutc
         out.reason, out.message = "counters_reset", str(exc)
         return out
     if sd is not None:
-        out.spec_decode = {**dataclasses.asdict(sd), **sd.to_flat()}
-    marks = validity.check_run(out.logs or [], out.metrics_flat, ignore_eos=w.ignore_eos,
-                               max_error_rate=spec.limits.max_error_rate, teardown=out.teardown, spec_decode=sd)
+        out.metrics = window = window.with_spec_decode(sd.to_flat())
+        out.spec_source = sd.source
+    marks = validity.check_run(out.logs or [], window, ignore_eos=w.ignore_eos,
+                               max_error_rate=spec.limits.max_error_rate, teardown=out.teardown)
     out.suspect_reasons = [v.message for v in marks if not v.is_failure]
     violations = validity.failures(marks)
     out.violations = [(v.code, v.message) for v in violations]

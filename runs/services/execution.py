@@ -14,10 +14,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 
+from benchkit.measure.logs import encode_logs
 from benchkit.specs import RunSpec
 from benchkit.sweeps.runner import RunOutcome, execute_runs
-from runs.models import Host, RequestLogBlob, Run, RunMetrics, RunState
+from runs.models import Host, RequestLogBlob, Run, RunState
 from runs.services import hosts, leases
+from runs.services.metrics_store import store_metrics
 from runs.services.transitions import IllegalTransition, transition
 
 log = logging.getLogger(__name__)
@@ -134,8 +136,6 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     )
     with transaction.atomic():
         if outcome.logs is not None:
-            from benchkit.measure.logs import encode_logs
-
             RequestLogBlob.objects.update_or_create(
                 run=run,
                 defaults=dict(
@@ -147,9 +147,8 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
                 ),
             )
         if outcome.ok:
-            RunMetrics.objects.update_or_create(run=run, defaults=metrics_fields(outcome.metrics_flat,
-                                                                                 outcome.spec_decode,
-                                                                                 outcome.distributions))
+            store_metrics(run, outcome.metrics, spec_source=outcome.spec_source,
+                          distributions=outcome.distributions)
             if run.state != RunState.STOPPING:
                 raise IllegalTransition(f"run {run.pk} succeeded while in state {run.state}")
             run = transition(run, RunState.SUCCEEDED, **common)
@@ -160,29 +159,3 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
             hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}")
     return run
 
-
-def metrics_fields(flat: dict, spec_decode: dict | None, distributions: dict | None) -> dict:
-    """Column values of a RunMetrics row from `RunMetrics.to_flat()` output and spec-decode deltas."""
-    spec_decode = spec_decode or {}
-    return dict(
-        completed=flat["completed"],
-        failed=flat["failed"],
-        error_rate=flat["error_rate"],
-        duration_s=flat["duration"],
-        output_throughput=flat["output_throughput"],
-        request_throughput=flat["request_throughput"],
-        total_token_throughput=flat["total_token_throughput"],
-        goodput=flat.get("goodput"),
-        mean_ttft_ms=flat.get("mean_ttft_ms"),
-        median_ttft_ms=flat.get("median_ttft_ms"),
-        median_tpot_ms=flat.get("median_tpot_ms"),
-        median_itl_ms=flat.get("median_itl_ms"),
-        median_icl_ms=flat.get("median_icl_ms"),
-        median_e2el_ms=flat.get("median_e2el_ms"),
-        mean_tokens_per_chunk=flat.get("mean_tokens_per_chunk"),
-        acceptance_length=spec_decode.get("acceptance_length"),
-        acceptance_rate=spec_decode.get("acceptance_rate"),
-        spec_decode=spec_decode,
-        data=flat,
-        distributions=distributions or {},
-    )

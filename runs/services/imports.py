@@ -2,7 +2,8 @@
 
 Each file run becomes a succeeded Run (created in that state, with an `imported` history row)
 in a new sweep, with RunMetrics whose `source_tool` and `definitions` record the tool's own
-metric definitions (their "ITL" is per chunk: draftboard stores it as ICL). All or nothing:
+metric definitions (their "ITL" is per chunk: draftboard stores it as ICL); a figure the file
+lacks stays NULL (unknown), and the file's keys draftboard has no column for are kept in `extra`. All or nothing:
 a malformed file raises benchkit.formats.common.ResultFileError and stores nothing.
 """
 
@@ -16,8 +17,8 @@ from django.utils import timezone
 from benchkit.formats.common import ImportedRun
 from benchkit.formats.reader import load_result_file
 from benchkit.specs import METHODS
-from runs.models import Host, Run, RunMetrics, RunState, RunTransition, Sweep
-from runs.services.execution import metrics_fields
+from runs.models import Host, Run, RunState, RunTransition, Sweep
+from runs.services.metrics_store import store_metrics
 
 
 def _num(value, default=0):
@@ -61,9 +62,9 @@ def import_result_file(path: str | Path, host: Host, sweep_name: str, method: st
     check_import_options(method, num_speculative_tokens, tree_budget, tp, sweep_name)
     imported: list[ImportedRun] = load_result_file(path, fmt=fmt)
     for imp in imported:
-        if method == "auto" and imp.spec_decode and imp.spec_decode.get("acceptance_length"):
+        if method == "auto" and imp.metrics.acceptance_length:
             raise ImportOptionError(f"{imp.origin} records speculative decoding (acceptance length "
-                                    f"{imp.spec_decode['acceptance_length']}): pass its --method, not auto")
+                                    f"{imp.metrics.acceptance_length}): pass its --method, not auto")
     now = timezone.now()
     with transaction.atomic():
         sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{path}",
@@ -82,10 +83,6 @@ def import_result_file(path: str | Path, host: Host, sweep_name: str, method: st
             )
             RunTransition.objects.create(run=run, from_state="imported", to_state=RunState.SUCCEEDED,
                                          note=f"imported from {imp.origin} ({imp.source_tool})")
-            flat = {k: v for k, v in imp.metrics_flat.items()}
-            for key in ("completed", "failed", "error_rate", "duration", "output_throughput",
-                        "request_throughput", "total_token_throughput"):
-                flat[key] = _num(flat.get(key))
-            RunMetrics.objects.create(run=run, source_tool=imp.source_tool, definitions=imp.definitions,
-                                      **metrics_fields(flat, imp.spec_decode, None))
+            store_metrics(run, imp.metrics, spec_source=imp.spec_source, source_tool=imp.source_tool,
+                          definitions=imp.definitions, extra=imp.source_extra)
     return sweep

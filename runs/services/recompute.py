@@ -7,10 +7,13 @@ from django.db import transaction
 from benchkit.measure import metrics
 from benchkit.measure.logs import decode_logs
 from runs.models import Run, RunMetrics, RunState
+from runs.selectors import window_of
+from runs.services.metrics_store import store_metrics
 
 
 def recompute_run(run: Run) -> RunMetrics | None:
-    """Recompute `run`'s metrics from its stored logs and window; keeps its spec-decode counters.
+    """Recompute `run`'s metrics from its stored logs and window; keeps its spec-decode figures
+    (they come from the server's counters, not from the logs) and their source.
 
     Only succeeded runs have metrics; returns None for others or runs without stored logs.
     Imported runs (source_tool other than draftboard) have no logs and are left as they are."""
@@ -19,11 +22,12 @@ def recompute_run(run: Run) -> RunMetrics | None:
     blob = run.request_logs
     logs = decode_logs(bytes(blob.data))
     slo = (run.spec.get("workload") or {}).get("slo") or None
-    flat = metrics.compute_run_metrics(logs, blob.window_start_ns, blob.window_end_ns, slo).to_flat()
-    from runs.services.execution import metrics_fields
-
+    window = metrics.compute_run_metrics(logs, blob.window_start_ns, blob.window_end_ns, slo)
+    kept = {}
     old = getattr(run, "metrics", None)
-    fields = metrics_fields(flat, old.spec_decode if old else None, metrics.distributions(logs))
+    if old is not None:
+        window = window.with_spec_decode(window_of(old).to_dict())
+        kept = dict(spec_source=old.spec_source, source_tool=old.source_tool, definitions=old.definitions,
+                    extra=old.extra)
     with transaction.atomic():
-        m, _ = RunMetrics.objects.update_or_create(run=run, defaults=fields)
-    return m
+        return store_metrics(run, window, distributions=metrics.distributions(logs), **kept)

@@ -110,7 +110,7 @@ class Command(BaseCommand):
         for r in runs:
             m = r.metrics if r.counts else None
             sp = by_run.get(r.pk)
-            tps = f"{m.output_throughput:.1f}" if m else ""
+            tps = f"{m.output_throughput_tok_s:.1f}" if m and m.output_throughput_tok_s is not None else ""
             speedup = f"{sp.value:.2f}x" if sp and sp.value is not None else ""
             tau = f"{m.acceptance_length:.2f}" if m and m.acceptance_length is not None else ""
             state = r.state if not r.failure_reason else f"{r.state}:{r.failure_reason}"

@@ -1,0 +1,36 @@
+"""Store a run's window metrics: the one place a `WindowMetrics` becomes a RunMetrics row.
+
+Used by execution (a measured run), imports (another tool's result file) and recompute (new
+formulas over stored logs). Every WindowMetrics field goes to its column of the same name
+(runs.models derives the columns from the same schema); None stays NULL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchkit.formats.common import TOOL_DRAFTBOARD, json_safe
+from benchkit.measure.metrics import WindowMetrics
+from runs.models import Run, RunMetrics
+
+
+def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = None,
+                  distributions: dict[str, list[float]] | None = None, source_tool: str = TOOL_DRAFTBOARD,
+                  definitions: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> RunMetrics:
+    """Create or overwrite `run`'s RunMetrics row from `window` (one row per run).
+
+    `spec_source`: where the acceptance figures came from (the counters' engine, or the source
+    tool's sentence); `distributions`: the run page's samples (benchkit.measure.metrics.distributions);
+    `source_tool` and `definitions`: who computed the figures and how (imports); `extra`: a source
+    file's keys without a column (non-finite floats become null, JSON has no NaN). Call it inside
+    the caller's transaction when the row must change together with the run's state.
+    """
+    row, _ = RunMetrics.objects.update_or_create(run=run, defaults={
+        **window.to_dict(),
+        "spec_source": (spec_source or "")[:300],
+        "distributions": distributions or {},
+        "source_tool": source_tool,
+        "definitions": definitions or {},
+        "extra": json_safe(extra or {}),
+    })
+    return row
