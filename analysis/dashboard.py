@@ -6,6 +6,7 @@ from typing import Any
 
 from analysis import figures
 from benchkit.compare.speedups import compute_speedups, inconsistent_gpu_tps
+from benchkit.methods import method_title
 from runs.selectors import counted_points
 
 
@@ -38,7 +39,8 @@ def build_sweep(sweep, runs) -> dict[str, Any]:
 
 
 def build_run(run) -> dict[str, Any]:
-    """Distribution figures of a run page (TTFT, ITL per token, ICL per chunk, tokens per chunk)."""
+    """Distribution figures of a run page (TTFT, ITL per token, ICL per chunk, tokens per chunk),
+    its statistics rows and the method's title (benchkit.methods)."""
     m = getattr(run, "metrics", None)
     d = (m.distributions if m else None) or {}
     figs = {}
@@ -52,4 +54,4 @@ def build_run(run) -> dict[str, Any]:
                           ("ICL ms", "icl"), ("E2EL ms", "e2el")):
             stats_rows.append((name, [m.data.get(f"{stat}_{key}_ms") for stat in
                                       ("mean", "median", "std", "p90", "p95", "p99")]))
-    return {"figures": figs, "stats_rows": stats_rows}
+    return {"figures": figs, "stats_rows": stats_rows, "method_title": method_title(run.method)}

@@ -11,6 +11,8 @@ import shlex
 from django.db import models
 from django.db.models import Q
 
+from benchkit.methods import method_label
+
 
 class Host(models.Model):
     """A machine that runs benchmarks; its Celery worker consumes the queue `host.<name>`."""
@@ -189,12 +191,9 @@ class Run(models.Model):
 
     @property
     def method_label(self) -> str:
-        """Short name of the decoding configuration, e.g. `auto`, `draft_model k=4`, `ddtree b=15`."""
-        if self.method == "ddtree" and self.tree_budget:
-            return f"ddtree b={self.tree_budget}"
-        if self.num_speculative_tokens and self.method != "auto":
-            return f"{self.method} k={self.num_speculative_tokens}"
-        return self.method
+        """Short name of the decoding configuration (benchkit.methods.method_label): `auto`,
+        `linear`, `b15` (DDTree, budget 15), `draft_model k=4`."""
+        return method_label(self.method, self.num_speculative_tokens, self.tree_budget)
 
     @property
     def counts(self) -> bool:

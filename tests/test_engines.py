@@ -298,16 +298,12 @@ builds:
       ddtree:
         args: ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "{drafter}",
                "--ddtree-node-budget", "{tree_budget}"]
-        needs_budget: true
-        prefix_caching: false
   vllm-ddtree-fork:
     engine: vllm
     launch: ["-m", "vllm_ddtree.serve", "--model", "{model}", "--port", "{port}"]
     methods:
       ddtree:
         speculative_config: {method: ddtree, model: "{drafter}", budget: "{tree_budget}"}
-        needs_budget: true
-        needs_drafter: true
 """
     )
     vllm = adapter_for("vllm", flags_file=user)
@@ -331,6 +327,7 @@ builds:
         "/m/target",
         "--port",
         "8001",
+        "--no-enable-prefix-caching",  # DDTree: prefix caching off on every build (method table)
         "--speculative-config",
         spec_json(method="ddtree", model="/m/draft", budget=32),
     ]
@@ -357,6 +354,9 @@ builds:
         ("builds:\n  x: {methods: {}}\n", "builds.x.engine"),
         ("engines: [\n", "invalid YAML"),
         ("flags: {}\n", "unknown top-level key"),
+        # what a method needs is in the method table (benchkit/methods.py), not per build
+        ("engines:\n  vllm:\n    methods:\n      ngram: {needs_drafter: true}\n",
+         "methods.ngram.needs_drafter: a property of the decoding method"),
     ],
 )
 def test_bad_flags_file_errors(tmp_path, text, needle):

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from benchkit.specs import METHODS
+from benchkit.engines.catalog import LAUNCHED_ENGINES
+from benchkit.methods import METHODS
 
 DEFAULT_FLAGS_FILE = Path(__file__).with_name("engine_flags.yaml")
 PLACEHOLDERS = ("model", "drafter", "port", "tp", "k", "k_plus_1", "tree_budget")
@@ -20,12 +21,11 @@ PLACEHOLDER_RE = re.compile(r"\{([a-z_0-9]+)\}")
 _METHOD_KEYS = {
     "args",
     "speculative_config",
-    "needs_drafter",
-    "needs_budget",
-    "prefix_caching",
     "default_k",
     "k_from_block_size",
 }
+#: Keys older flags files carried per method; they are facts of the method (benchkit.methods).
+_METHOD_TABLE_KEYS = {"needs_drafter", "needs_budget", "prefix_caching"}
 _ENGINE_KEYS = {"launch", "options", "prefix_caching_on", "prefix_caching_off", "methods"}
 _BUILD_KEYS = _ENGINE_KEYS | {"engine"}
 _OPTION_FIELDS = {"dtype", "max_model_len", "load_format", "served_model_name", "seed"}
@@ -62,6 +62,9 @@ def _check_method(entry: Any, where: str) -> None:
         return
     if not isinstance(entry, dict):
         raise EngineConfigError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    for key in sorted(_METHOD_TABLE_KEYS & set(entry)):
+        raise EngineConfigError(f"{where}.{key}: a property of the decoding method, kept in the method table "
+                                "(benchkit/methods.py), not of an engine build: remove it")
     unknown = set(entry) - _METHOD_KEYS
     if unknown:
         raise EngineConfigError(
@@ -80,7 +83,7 @@ def _check_method(entry: Any, where: str) -> None:
                         raise EngineConfigError(
                             f"{where}.speculative_config.{key}: unknown placeholder {{{name}}}"
                         )
-    for key in ("needs_drafter", "needs_budget", "prefix_caching", "k_from_block_size"):
+    for key in ("k_from_block_size",):
         if key in entry and not isinstance(entry[key], bool):
             raise EngineConfigError(f"{where}.{key}: expected true/false, got {entry[key]!r}")
     if "default_k" in entry and (
@@ -140,12 +143,12 @@ def validate_flags(data: Any, source: str) -> dict[str, Any]:
     if not isinstance(engines, dict) or not isinstance(builds, dict):
         raise EngineConfigError(f"{source}: 'engines' and 'builds' must be mappings")
     for name, block in engines.items():
-        if name not in ("vllm", "sglang"):
-            raise EngineConfigError(f"{source}: engines.{name}: unknown engine (known: vllm, sglang)")
+        if name not in LAUNCHED_ENGINES:
+            raise EngineConfigError(f"{source}: engines.{name}: unknown engine (known: {', '.join(LAUNCHED_ENGINES)})")
         _check_engine_block(block, f"{source}: engines.{name}", _ENGINE_KEYS)
     for name, block in builds.items():
         _check_engine_block(block, f"{source}: builds.{name}", _BUILD_KEYS)
-        if block.get("engine") not in ("vllm", "sglang"):
+        if block.get("engine") not in LAUNCHED_ENGINES:
             raise EngineConfigError(
                 f"{source}: builds.{name}.engine: must be vllm or sglang, got {block.get('engine')!r}"
             )
@@ -191,6 +194,6 @@ def load_flags(flags_file: str | Path | None = None) -> dict[str, Any]:
             for name, block in user[section].items():
                 flags[section][name] = merge_block(flags[section].get(name, {}), block)
         for name, block in flags["builds"].items():  # re-check merged builds
-            if block.get("engine") not in ("vllm", "sglang"):
+            if block.get("engine") not in LAUNCHED_ENGINES:
                 raise EngineConfigError(f"{path}: builds.{name}.engine: must be vllm or sglang")
     return flags

@@ -47,9 +47,12 @@ from typing import Any
 
 import yaml
 
-from benchkit.specs import ENGINES, METHODS, GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
+from benchkit.engines.catalog import DEFAULT_PORTS, ENGINES
+from benchkit.methods import METHOD_NAMES as METHODS
+from benchkit.methods import METHODS as METHOD_TABLE
+from benchkit.methods import MethodError, check_method, method_label
+from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 
-DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "external": 0}
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 GRID_AXES = ("concurrency", "output_len", "input_len")
 _TOP_KEYS = {
@@ -195,12 +198,8 @@ class MethodVariant:
 
     @property
     def label(self) -> str:
-        """Short display label: `auto`, `linear`, `b15` (DDTree budget), `draft_model k=4`."""
-        if self.method == "ddtree" and self.tree_budget is not None:
-            return f"b{self.tree_budget}"
-        if self.num_speculative_tokens is not None:
-            return f"{self.method} k={self.num_speculative_tokens}"
-        return self.method
+        """Short display label (benchkit.methods.method_label): `auto`, `b15`, `draft_model k=4`."""
+        return method_label(self.method, self.num_speculative_tokens, self.tree_budget)
 
 
 @dataclass
@@ -294,7 +293,7 @@ class SweepSpec:
             prefix = variant.prefix_caching
             if prefix is None:
                 prefix = self.server.get("prefix_caching")
-            if variant.method == "ddtree" and prefix is None:
+            if METHOD_TABLE[variant.method].prefix_caching_off and prefix is None:
                 prefix = False
             server_kwargs = {
                 k: v for k, v in self.server.items() if k not in ("prefix_caching", "extra_args", "env")
@@ -343,7 +342,7 @@ class SweepSpec:
 
 
 def _needs_drafter(variant: MethodVariant) -> bool:
-    return variant.method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") or bool(variant.drafter)
+    return METHOD_TABLE[variant.method].needs_drafter or bool(variant.drafter)
 
 
 class _Ctx:
@@ -463,44 +462,16 @@ def _parse_variants(ctx: _Ctx, methods: Any, grid: Any, sweep: dict[str, Any]) -
             )
         ks: list[int | None] = [None]
         budgets: list[int | None] = [None]
-        if "num_speculative_tokens" in entry_d:
-            if method == "auto":
-                raise ctx.fail(
-                    entry_d,
-                    "num_speculative_tokens",
-                    f"{path}.num_speculative_tokens",
-                    "method 'auto' does not speculate",
-                )
-            ks = _int_list(
-                ctx,
-                entry_d["num_speculative_tokens"],
-                entry_d,
-                "num_speculative_tokens",
-                f"{path}.num_speculative_tokens",
-            )
-        if "tree_budget" in entry_d:
-            if method != "ddtree":
-                raise ctx.fail(
-                    entry_d,
-                    "tree_budget",
-                    f"{path}.tree_budget",
-                    f"only method 'ddtree' takes a tree budget, not {method!r}",
-                )
-            budgets = _int_list(ctx, entry_d["tree_budget"], entry_d, "tree_budget", f"{path}.tree_budget")
-        elif method == "ddtree":
-            raise ctx.fail(container, ckey, f"{path}.tree_budget", "method 'ddtree' needs a tree budget")
+        for key in ("num_speculative_tokens", "tree_budget"):
+            if key in entry_d:
+                values = _int_list(ctx, entry_d[key], entry_d, key, f"{path}.{key}")
+                if key == "tree_budget":
+                    budgets = list(values)
+                else:
+                    ks = list(values)
         drafter = None
         if "drafter" in entry_d:
             drafter = _str(ctx, entry_d["drafter"], entry_d, "drafter", f"{path}.drafter")
-        if method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") and not (
-            drafter or sweep.get("drafter")
-        ):
-            raise ctx.fail(
-                container,
-                ckey,
-                f"{path}.drafter",
-                f"method {method!r} needs a drafter (set it here or at the top level)",
-            )
         build = None
         if "engine_build" in entry_d:
             build = _str(ctx, entry_d["engine_build"], entry_d, "engine_build", f"{path}.engine_build")
@@ -509,13 +480,14 @@ def _parse_variants(ctx: _Ctx, methods: Any, grid: Any, sweep: dict[str, Any]) -
             raise ctx.fail(
                 entry_d, "prefix_caching", f"{path}.prefix_caching", f"expected true/false, got {prefix!r}"
             )
-        if method == "ddtree" and prefix is True:
-            raise ctx.fail(
-                entry_d,
-                "prefix_caching",
-                f"{path}.prefix_caching",
-                "DDTree is measured with prefix caching off",
-            )
+        for k, b in itertools.product(ks, budgets):
+            try:
+                check_method(method, k, b, drafter if drafter is not None else sweep.get("drafter", ""), prefix)
+            except MethodError as exc:
+                reason = exc.reason + (" (set it here or at the top level)" if exc.field == "drafter" else "")
+                field_container = entry_d if exc.field in entry_d else container
+                raise ctx.fail(field_container, exc.field if exc.field in entry_d else ckey,
+                               f"{path}.{exc.field}", reason) from None
         extra = (
             _str_list(ctx, entry_d["extra_args"], entry_d, "extra_args", f"{path}.extra_args")
             if "extra_args" in entry_d
