@@ -135,23 +135,24 @@ def format_field(loc: tuple[Any, ...]) -> str:
 
 
 def locate(data: Any, loc: tuple[Any, ...]) -> tuple[int | None, tuple[Any, ...]]:
-    """The line of `loc` in `data` and the loc to report. A missing key gets the line of its
-    enclosing mapping; a list index into a scalar (a value that a validator wrapped into a
-    one-item list) is dropped."""
+    """The line of `loc` in `data` and the loc to report. A missing key gets the line where its
+    mapping starts; a list index into a scalar (a value that a validator wrapped into a
+    one-item list) is dropped; an integer mapping key is reported as a name (`gpus.4`)."""
     line = getattr(data, "line", None)
+    missing = object()
     node: Any = data
     shown: list[Any] = []
     for part in loc:
-        if isinstance(node, LineDict) and part in node:
-            line, node = node.lines[part], node[part]
-        elif isinstance(node, LineList) and isinstance(part, int) and 0 <= part < len(node):
-            line, node = node.lines[part], node[part]
-        elif isinstance(node, dict | list):
-            node = None  # a missing key: keep the enclosing mapping's line
-        elif isinstance(part, int):
-            continue
-        else:
-            node = None
+        if isinstance(node, dict) and part in node:
+            line, node = getattr(node, "lines", {}).get(part, line), node[part]
+            part = str(part)  # an integer mapping key reads `gpus.4`, not `gpus[4]`
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            line, node = (node.lines[part] if isinstance(node, LineList) else line), node[part]
+        elif node is not missing and not isinstance(node, dict | list) and isinstance(part, int):
+            continue  # a scalar that a validator wrapped into a one-item list
+        else:  # a missing key: the line where its mapping starts
+            line = getattr(node, "line", None) or line
+            node = missing
         shown.append(part)
     return line, tuple(shown)
 
