@@ -67,8 +67,8 @@ class MethodInfo:
         return self.drafter != "none"
 
 
-#: The method table, in display order. The name `auto` is the autoregressive baseline every
-#: speedup is measured against.
+#: The method table, in display order. `auto` (autoregressive) is the baseline every speedup is
+#: measured against (benchkit.compare.speedups).
 METHODS: dict[str, MethodInfo] = {
     m.name: m
     for m in (
@@ -86,7 +86,6 @@ METHODS: dict[str, MethodInfo] = {
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
 #: The method names as a type (pydantic models of sweep and flags files use it), built from the table.
 MethodName = Literal[METHOD_NAMES]  # type: ignore[valid-type]
-BASELINE_METHOD = "auto"
 
 #: Aliases `parse_method_token` accepts by default (users' and engines' other names).
 DEFAULT_ALIASES: dict[str, str] = {"ar": "auto", "autoregressive": "auto", "dflash": "linear"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchkit.engines.adapters import adapter_for
-from benchkit.engines.flags import EngineConfigError, load_flags
+from benchkit.engines.flags import EngineConfigError
 from benchkit.methods import (
     METHOD_NAMES,
     METHODS,
@@ -122,8 +122,3 @@ def test_sweep_adapter_and_import_apply_the_same_rule():
     with pytest.raises(EngineConfigError, match="ServerConfig.num_speculative_tokens: method 'ddtree' takes"):
         adapter_for("sglang").build_argv(server, 30000, python="py")
 
-
-def test_every_flags_method_is_in_the_table():
-    flags = load_flags()
-    for block in [*flags["engines"].values(), *flags["builds"].values()]:
-        assert set(block.get("methods", {})) <= set(METHOD_NAMES)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from benchkit.formats.common import ImportedRun
 from benchkit.formats.reader import load_result_file
-from benchkit.methods import MethodError, check_method
+from benchkit.methods import METHODS, MethodError, check_method
 from runs.models import Host, Run, RunMetrics, RunState, RunTransition, Sweep
 from runs.services.execution import metrics_fields
 
@@ -56,15 +56,16 @@ def import_result_file(path: str | Path, host: Host, sweep_name: str, method: st
     The file does not reliably say which decoding method produced it, so the caller does
     (`method`, `num_speculative_tokens`, `tree_budget`, `tp`); `engine` defaults to the tool
     that wrote the file (vllm for `vllm bench serve`, sglang for `sglang.bench_serving`). A
-    file that records speculative decoding (acceptance figures) cannot be imported as `auto`.
+    file that records speculative decoding (acceptance figures) cannot be imported as a method
+    that does not speculate (`auto`).
     Raises ImportOptionError for contradictory options and ResultFileError naming the file,
     line and field for a bad file; nothing is stored then."""
     check_import_options(method, num_speculative_tokens, tree_budget, tp, sweep_name)
     imported: list[ImportedRun] = load_result_file(path, fmt=fmt)
     for imp in imported:
-        if method == "auto" and imp.spec_decode and imp.spec_decode.get("acceptance_length"):
+        if not METHODS[method].speculates and imp.spec_decode and imp.spec_decode.get("acceptance_length"):
             raise ImportOptionError(f"{imp.origin} records speculative decoding (acceptance length "
-                                    f"{imp.spec_decode['acceptance_length']}): pass its --method, not auto")
+                                    f"{imp.spec_decode['acceptance_length']}): pass its --method, not {method}")
     now = timezone.now()
     with transaction.atomic():
         sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{path}",
