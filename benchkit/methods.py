@@ -126,13 +126,13 @@ def check_method(method: str, k: int | None = None, budget: int | None = None, d
 
     `k` is num_speculative_tokens (None: the engine's or method's default); `budget` the tree
     budget; `drafter` the drafter path ('': none given; None: not known, e.g. an imported result
-    file, and not checked); `prefix_caching` None (engine
-    default), True or False. `names` spells the fields inside reasons. Raises MethodError naming
-    the first offending field: unknown method; k or a budget on a method that does not
-    speculate; k on a method that takes none; k or budget < 1; a budget missing where needed or
-    given where not taken; a required drafter missing; prefix caching forced on for a method
-    measured with it off. A drafter given to a method that takes none is not an error (it is
-    ignored).
+    file, and not checked); `prefix_caching` None (engine default), True or False. `names`
+    spells the fields inside reasons. Raises MethodError naming the first offending field:
+    unknown method; k or a budget on a method that does not speculate; k on a method that takes
+    none (DDTree); k or budget not an integer >= 1; a budget missing where needed or given where
+    not taken; a required drafter missing; prefix caching forced on for a method measured with
+    it off. A drafter given to a method that takes none is not an error (preflight and the
+    flags ignore it).
     """
     info = method_info(method)
     for field, value in (("num_speculative_tokens", k), ("tree_budget", budget)):
