@@ -7,6 +7,7 @@ from typing import Any
 from analysis import figures
 from benchkit.compare.speedups import compute_speedups, inconsistent_gpu_tps
 from benchkit.measure.metrics import LATENCY_METRICS, STAT_NAMES, SUMMARY_FIELDS
+from benchkit.methods import method_title
 from runs.selectors import counted_points
 
 
@@ -43,9 +44,9 @@ def build_sweep(sweep, runs) -> dict[str, Any]:
 
 
 def build_run(run) -> dict[str, Any]:
-    """Distribution figures of a run page (TTFT, ITL per token, ICL per chunk, tokens per chunk)
-    and its latency statistics: one row ("TTFT (ms)", [mean, median, std, p90, p95, p99]) per
-    latency metric of the schema."""
+    """Distribution figures of a run page (TTFT, ITL per token, ICL per chunk, tokens per chunk),
+    its latency statistics (one row ("TTFT (ms)", [mean, median, std, p90, p95, p99]) per latency
+    metric of the schema) and the method's title (benchkit.methods)."""
     m = getattr(run, "metrics", None)
     d = (m.distributions if m else None) or {}
     figs = {}
@@ -57,4 +58,5 @@ def build_run(run) -> dict[str, Any]:
     if m:
         for key, (label, unit) in LATENCY_METRICS.items():
             stats_rows.append((f"{label} ({unit})", [getattr(m, f"{stat}_{key}_ms") for stat in STAT_NAMES]))
-    return {"figures": figs, "stats_rows": stats_rows, "stat_names": STAT_NAMES}
+    return {"figures": figs, "stats_rows": stats_rows, "stat_names": STAT_NAMES,
+            "method_title": method_title(run.method)}

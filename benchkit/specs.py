@@ -12,21 +12,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Decoding methods draftboard knows. `auto` is autoregressive (no speculation), `linear` is
-#: DFlash (one drafted chain per step), `ddtree` is DDTree with a node budget (`tree_budget`).
-METHODS = (
-    "auto",
-    "ngram",
-    "draft_model",
-    "eagle",
-    "eagle3",
-    "mtp",
-    "linear",
-    "ddtree",
-)
-
-ENGINES = ("vllm", "sglang", "external")
-
 
 @dataclass
 class GpuRef:
@@ -43,10 +28,11 @@ class GpuRef:
 class ServerConfig:
     """How the inference server is started (everything that forbids sharing a server).
 
-    `method` is one of METHODS; `num_speculative_tokens` is the draft length per step
-    (tokens); `tree_budget` is DDTree's node budget B (root not counted). `extra_args` is
-    appended verbatim to the engine's argv. For engine `external`, `endpoint_url` names a
-    server someone else started and nothing is launched.
+    `engine` is one of benchkit.engines.catalog.ENGINES; `method` a name of the method table
+    (benchkit.methods, which says what each method needs); `num_speculative_tokens` is the
+    draft length per step (tokens); `tree_budget` is DDTree's node budget B (root not counted).
+    `extra_args` is appended verbatim to the engine's argv. For engine `external`,
+    `endpoint_url` names a server someone else started and nothing is launched.
     """
 
     engine: str = "vllm"

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from benchkit.measure.metrics import METRIC_FIELDS, MetricField
+from benchkit.methods import method_label
 
 
 class Host(models.Model):
@@ -191,12 +192,9 @@ class Run(models.Model):
 
     @property
     def method_label(self) -> str:
-        """Short name of the decoding configuration, e.g. `auto`, `draft_model k=4`, `ddtree b=15`."""
-        if self.method == "ddtree" and self.tree_budget:
-            return f"ddtree b={self.tree_budget}"
-        if self.num_speculative_tokens and self.method != "auto":
-            return f"{self.method} k={self.num_speculative_tokens}"
-        return self.method
+        """Short name of the decoding configuration (benchkit.methods.method_label): `auto`,
+        `linear`, `b15` (DDTree, budget 15), `draft_model k=4`."""
+        return method_label(self.method, self.num_speculative_tokens, self.tree_budget)
 
     @property
     def counts(self) -> bool:

@@ -298,16 +298,12 @@ builds:
       ddtree:
         args: ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "{drafter}",
                "--ddtree-node-budget", "{tree_budget}"]
-        needs_budget: true
-        prefix_caching: false
   vllm-ddtree-fork:
     engine: vllm
     launch: ["-m", "vllm_ddtree.serve", "--model", "{model}", "--port", "{port}"]
     methods:
       ddtree:
         speculative_config: {method: ddtree, model: "{drafter}", budget: "{tree_budget}"}
-        needs_budget: true
-        needs_drafter: true
 """
     )
     vllm = adapter_for("vllm", flags_file=user)
@@ -331,6 +327,7 @@ builds:
         "/m/target",
         "--port",
         "8001",
+        "--no-enable-prefix-caching",  # DDTree: prefix caching off on every build (method table)
         "--speculative-config",
         spec_json(method="ddtree", model="/m/draft", budget=32),
     ]
@@ -349,14 +346,24 @@ builds:
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("engines:\n  vllm:\n    methods:\n      beam: {}\n", "engines.vllm.methods.beam: unknown method"),
-        ("engines:\n  vllm:\n    methods:\n      ngram: {default_k: zero}\n", "methods.ngram.default_k"),
-        ("engines:\n  vllm:\n    methods:\n      ngram: {argz: []}\n", "methods.ngram: unknown key"),
-        ("engines:\n  vllm:\n    launch: ['--model', '{modle}']\n", "unknown placeholder {modle}"),
-        ("engines:\n  tgi: {}\n", "engines.tgi: unknown engine"),
-        ("builds:\n  x: {methods: {}}\n", "builds.x.engine"),
-        ("engines: [\n", "invalid YAML"),
-        ("flags: {}\n", "unknown top-level key"),
+        ("engines:\n  vllm:\n    methods:\n      beam: {}\n", ":4: engines.vllm.methods.beam: unknown method"),
+        ("engines:\n  vllm:\n    methods:\n      ngram: {default_k: zero}\n",
+         ":4: engines.vllm.methods.ngram.default_k"),
+        ("engines:\n  vllm:\n    methods:\n      ngram: {argz: []}\n",
+         ":4: engines.vllm.methods.ngram.argz: unknown key"),
+        ("engines:\n  vllm:\n    launch: ['--model', '{modle}']\n",
+         ":3: engines.vllm.launch[1]: unknown placeholder {modle}"),
+        ("engines:\n  tgi: {}\n", ":2: engines.tgi: unknown engine"),
+        ("builds:\n  x: {methods: {}}\n", ":2: builds.x.engine: missing"),
+        ("engines: [\n", ":2: invalid YAML"),
+        ("engines:\n  vllm: {}\n  vllm: {}\n", ":3: invalid YAML: duplicate key 'vllm'"),
+        ("flags: {}\n", ":1: flags: unknown key (allowed: builds, engines)"),
+        # what a method needs is in the method table (benchkit/methods.py), not per build
+        ("engines:\n  vllm:\n    methods:\n      ngram: {needs_drafter: true}\n",
+         ":4: engines.vllm.methods.ngram.needs_drafter: a property of the decoding method"),
+        ("engines:\n  vllm:\n    options: {dtype: x}\n", ":3: engines.vllm.options.dtype: expected a flag"),
+        ("engines:\n  vllm:\n    methods:\n      ngram:\n        speculative_config: {x: '{nope}'}\n",
+         ":5: engines.vllm.methods.ngram.speculative_config.x: unknown placeholder {nope}"),
     ],
 )
 def test_bad_flags_file_errors(tmp_path, text, needle):

@@ -157,6 +157,12 @@ def test_admin_creates_sweep_from_yaml(admin_client, pcie8_host):
     assert Sweep.objects.get().runs.count() == 36
     bad = admin_client.post(url, {"host": pcie8_host.pk, "grid": "name: [unclosed"})
     assert b"invalid YAML" in bad.content and Sweep.objects.count() == 1
+    no_budget = text.replace("tree_budget: [15, 16, 32, 64], ", "")
+    bad = admin_client.post(url, {"host": pcie8_host.pk, "grid": no_budget})
+    line = no_budget.splitlines().index(next(x for x in no_budget.splitlines() if "method: ddtree" in x)) + 1
+    assert f"admin YAML:{line}: grid.methods[2].tree_budget: method &#x27;ddtree&#x27; needs a tree budget" \
+        in bad.content.decode()
+    assert Sweep.objects.count() == 1
 
 
 def test_unreachable_broker_stores_nothing(monkeypatch):

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from benchkit.engines.adapters import adapter_for
-from benchkit.specs import GpuRef, RunSpec
-from benchkit.sweeps.sweepfile import SweepError, load_sweep_file, parse_sweep
+from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
+from benchkit.sweeps.sweepfile import (
+    LimitsSection,
+    ServerSection,
+    SweepError,
+    WorkloadSection,
+    load_sweep_file,
+    loads_sweep,
+    parse_sweep,
+    parse_variables,
+)
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 DEMO_VARS = {"demo_target": "/tmp/demo/target", "demo_draft": "/tmp/demo/draft"}
@@ -198,6 +208,33 @@ drafter: /d
         ),
         ("grid:\n  methods: [auto]\nserver:\n  env: {X: 1}\n", 9, "server.env", "strings"),
         ("grid:\n  methods: [auto]\nsurprise: 1\n", 8, "surprise", "unknown key"),
+        # block-style entry: a missing key is reported at the line where its entry starts
+        (
+            "grid:\n  methods:\n    - auto\n    - method: ddtree\n      engine_build: sglang-ddtree-pr\n",
+            9,
+            "grid.methods[1].tree_budget",
+            "needs a tree budget",
+        ),
+        (
+            "grid:\n  methods:\n    - {method: ddtree, tree_budget: 15, num_speculative_tokens: 4,"
+            " engine_build: sglang-ddtree-pr}\n",
+            8,
+            "grid.methods[0].num_speculative_tokens",
+            "takes a tree budget, not num_speculative_tokens",
+        ),
+        # a sweep-wide prefix_caching: true would force it on for DDTree too
+        (
+            "grid:\n  methods:\n    - {method: ddtree, tree_budget: 15, engine_build: sglang-ddtree-pr}\n"
+            "server:\n  prefix_caching: true\n",
+            10,
+            "server.prefix_caching",
+            "prefix caching off",
+        ),
+        ("grid:\n  methods: [auto, auto]\n", 7, "grid.methods[1]", "duplicate method entry 'auto'"),
+        ("grid:\n  methods: [auto]\n  tp: [1, 2]\ngpus:\n  2: [0, 0]\n", 10, "gpus.2", "duplicate values in [0, 0]"),
+        ("grid:\n  methods: [auto]\n  tp: [1, 2]\ngpus:\n  4: [0, 1, 2, 3]\n", 10, "gpus.4", "not a TP degree"),
+        ("grid:\n  methods: [auto]\nworkload:\n  dataset: jsonl\n", 9, "workload.dataset_path", "needs a path"),
+        ("grid:\n  methods: [auto]\nengine: vllm\n", 8, "", "duplicate key 'engine'"),
     ],
 )
 def test_bad_sweep_errors_name_file_line_field(tmp_path, body, line, field, needle):
@@ -209,7 +246,7 @@ def test_bad_sweep_errors_name_file_line_field(tmp_path, body, line, field, need
     assert e.field == field
     assert needle in e.message
     assert e.line == line
-    assert str(e).startswith(f"{path}:{line}: {field}: ")
+    assert str(e).startswith(f"{path}:{line}: {field}: " if field else f"{path}:{line}: ")
 
 
 def test_missing_fields_and_drafter(tmp_path):
@@ -239,3 +276,31 @@ def test_yaml_syntax_error_has_line(tmp_path):
     assert err.value.line is not None
     with pytest.raises(SweepError, match="cannot read"):
         load_sweep_file(tmp_path / "absent.yaml")
+
+
+def test_file_sections_follow_the_spec_dataclasses():
+    """The sweep file's `workload`, `limits` and `server` sections are the specs dataclasses'
+    fields (slo is top level; the server fields the grid and top level set are left out), with
+    the same defaults."""
+    assert set(WorkloadSection.model_fields) == {f.name for f in fields(WorkloadSpec)} - {"slo"}
+    assert set(LimitsSection.model_fields) == {f.name for f in fields(Limits)}
+    set_elsewhere = {"engine", "model", "drafter", "method", "num_speculative_tokens", "tree_budget", "tp",
+                     "engine_build"}
+    assert set(ServerSection.model_fields) == {f.name for f in fields(ServerConfig)} - set_elsewhere
+    for section, cls in ((WorkloadSection, WorkloadSpec), (LimitsSection, Limits), (ServerSection, ServerConfig)):
+        default = cls()
+        for name, info in section.model_fields.items():
+            assert info.get_default(call_default_factory=True) == getattr(default, name), (section, name)
+
+
+def test_placeholders_variables_and_admin_text():
+    text = "name: t\nengine: vllm\nmodel: '{target}'\ngrid:\n  methods: [auto]\n  tp: [1]\n"
+    spec = loads_sweep(text, "admin YAML")
+    assert spec.placeholders() == {"target"}
+    with pytest.raises(SweepError, match="unresolved placeholders {target}"):
+        spec.require_resolved()
+    spec = loads_sweep(text, "admin YAML", variables=parse_variables(["target=/models/x"]))
+    assert [r.server.model for r in spec.expand()] == ["/models/x"]
+    with pytest.raises(SweepError) as err:
+        loads_sweep(text, "admin YAML", variables={"other": "1"})
+    assert (err.value.line, err.value.field) == (3, "model")

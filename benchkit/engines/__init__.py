@@ -1,2 +1,3 @@
-"""Inference engines: the adapters that turn a server configuration into a command line (flags
-as data in engine_flags.yaml), the managed server process, and the local demo models."""
+"""Inference engines: the engine catalog (names, default ports), the adapters that turn a server
+configuration into a command line (flags as data in engine_flags.yaml, validated by flags.py),
+the managed server process, and the local demo models."""

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchkit.engines.catalog import DEFAULT_PORTS, ENGINES, LAUNCHED_ENGINES
 from benchkit.engines.flags import PLACEHOLDER_RE, EngineConfigError, load_flags, merge_block
-from benchkit.specs import METHODS, GpuRef, ServerConfig
+from benchkit.methods import MethodError, check_method
+from benchkit.specs import GpuRef, ServerConfig
 
 # --------------------------------------------------------------------------------------------
 # argv building
@@ -86,7 +88,7 @@ class EngineAdapter:
     """Builds the launch command and environment of one engine from `ServerConfig`.
 
     `name` is `vllm`, `sglang` or `external`; `flags` is the merged flags document
-    (`load_flags`). `default_port` is the engine's usual port (vLLM 8000, SGLang 30000).
+    (`load_flags`). `default_port` is the engine's usual port (benchkit.engines.catalog).
     """
 
     name: str
@@ -146,39 +148,25 @@ class EngineAdapter:
         Order: the build's `launch` templates, `options` for set fields (dtype, max_model_len,
         load_format, served_model_name, seed), prefix-caching flags when decided, the method's
         args (or `--speculative-config JSON` with sorted keys), then `server.extra_args`
-        verbatim. Raises EngineConfigError when the method is undefined for the build, a
-        drafter or tree budget it needs is missing, tp < 1, or prefix caching is forced on for
-        a method measured without it.
+        verbatim. Raises EngineConfigError naming the ServerConfig field when the combination
+        breaks a rule of the method table (benchkit.methods.check_method: unknown method, tree
+        budget or drafter missing, k < 1, prefix caching forced on for DDTree), the model is
+        empty, tp < 1, or the method is undefined for the build.
         """
         if server.engine != self.name:
             raise EngineConfigError(f"ServerConfig.engine is {server.engine!r}, adapter is {self.name!r}")
-        if server.method not in METHODS:
-            raise EngineConfigError(
-                f"ServerConfig.method: unknown method {server.method!r} (known: {', '.join(METHODS)})"
-            )
+        try:  # the method table's rules (benchkit.methods): budget, drafter, k, prefix caching
+            info = check_method(server.method, server.num_speculative_tokens, server.tree_budget, server.drafter,
+                                server.prefix_caching)
+        except MethodError as exc:
+            raise EngineConfigError(f"ServerConfig.{exc.field}: {exc.reason}") from None
         if not server.model:
             raise EngineConfigError("ServerConfig.model: empty (a model directory or name is required)")
         if not isinstance(server.tp, int) or server.tp < 1:
             raise EngineConfigError(f"ServerConfig.tp: must be an integer >= 1, got {server.tp!r}")
         block = self.engine_block(server.engine_build)
         entry = self.method_entry(server.method, server.engine_build)
-        if entry.get("needs_drafter") and not server.drafter:
-            raise EngineConfigError(
-                f"ServerConfig.drafter: method {server.method!r} needs a drafter model path"
-            )
-        if entry.get("needs_budget") and server.tree_budget is None:
-            raise EngineConfigError(f"ServerConfig.tree_budget: method {server.method!r} needs a tree budget")
-        if server.tree_budget is not None and (
-            not isinstance(server.tree_budget, int) or server.tree_budget < 1
-        ):
-            raise EngineConfigError(
-                f"ServerConfig.tree_budget: must be a positive integer, got {server.tree_budget!r}"
-            )
         k = self.resolve_k(server, entry)
-        if k is not None and (not isinstance(k, int) or k < 1):
-            raise EngineConfigError(
-                f"ServerConfig.num_speculative_tokens: must be a positive integer, got {k!r}"
-            )
         values: dict[str, Any] = {
             "model": server.model,
             "drafter": server.drafter or None,
@@ -210,14 +198,7 @@ class EngineAdapter:
             val = option_values.get(fname)
             if val not in (None, ""):
                 argv += [flag, str(val)]
-        prefix = server.prefix_caching
-        if entry.get("prefix_caching") is False:
-            if prefix is True:
-                raise EngineConfigError(
-                    f"ServerConfig.prefix_caching: method {server.method!r} is measured "
-                    "with prefix caching off"
-                )
-            prefix = False
+        prefix = False if info.prefix_caching_off else server.prefix_caching
         if prefix is True:
             argv += block.get("prefix_caching_on", [])
         elif prefix is False:
@@ -410,9 +391,8 @@ def adapter_for(engine: str, flags_file: str | Path | None = None) -> EngineAdap
     unknown engine or a bad flags file."""
     if flags_file is None and os.environ.get("DRAFTBOARD_ENGINE_FLAGS"):
         flags_file = os.environ["DRAFTBOARD_ENGINE_FLAGS"]
-    if engine == "external":
-        return ExternalAdapter(name="external", flags={}, default_port=0)
-    if engine not in ("vllm", "sglang"):
-        raise EngineConfigError(f"unknown engine {engine!r} (known: vllm, sglang, external)")
-    flags = load_flags(flags_file)
-    return EngineAdapter(name=engine, flags=flags, default_port=30000 if engine == "sglang" else 8000)
+    if engine not in ENGINES:
+        raise EngineConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    if engine not in LAUNCHED_ENGINES:
+        return ExternalAdapter(name=engine, flags={}, default_port=DEFAULT_PORTS[engine])
+    return EngineAdapter(name=engine, flags=load_flags(flags_file), default_port=DEFAULT_PORTS[engine])

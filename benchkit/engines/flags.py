@@ -1,155 +1,143 @@
 """The engine flags file: how (engine, engine build, method, k, tree budget) becomes command-line
 flags, kept as data in `benchkit/engines/engine_flags.yaml` (its header documents the layout and
 the source of every flag). A user flags file with the same layout is merged on top, so a new
-fork or pull-request build needs no code change. `load_flags` reads, validates and merges."""
+fork or pull-request build needs no code change. `load_flags` reads, validates and merges.
+
+The layout is the pydantic model `FlagsFile` (unknown keys are errors; errors read
+`file:line: field: reason`, benchkit.configfile). What a method needs (a drafter, a tree budget,
+prefix caching off) is not here: it is a fact of the method, in benchkit.methods, the same for
+every build; a flags file that still sets `needs_drafter`, `needs_budget` or `prefix_caching` on a
+method is refused with that explanation.
+"""
 
 from __future__ import annotations
 
 import copy
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from benchkit.specs import METHODS
+from benchkit.configfile import FieldProblem, StrictModel, first_problem, load_yaml, plain, yaml_problem
+from benchkit.engines.catalog import LaunchedEngineName
+from benchkit.methods import MethodName
 
 DEFAULT_FLAGS_FILE = Path(__file__).with_name("engine_flags.yaml")
 PLACEHOLDERS = ("model", "drafter", "port", "tp", "k", "k_plus_1", "tree_budget")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_0-9]+)\}")
-_METHOD_KEYS = {
-    "args",
-    "speculative_config",
-    "needs_drafter",
-    "needs_budget",
-    "prefix_caching",
-    "default_k",
-    "k_from_block_size",
-}
-_ENGINE_KEYS = {"launch", "options", "prefix_caching_on", "prefix_caching_off", "methods"}
-_BUILD_KEYS = _ENGINE_KEYS | {"engine"}
-_OPTION_FIELDS = {"dtype", "max_model_len", "load_format", "served_model_name", "seed"}
+#: Keys older flags files carried per method; they are facts of the method (benchkit.methods).
+_METHOD_TABLE_KEYS = ("needs_drafter", "needs_budget", "prefix_caching")
 
 
 class EngineConfigError(ValueError):
     """A flags file is malformed, or a ServerConfig cannot be turned into a command line for its
     engine (unknown engine or build, method the build does not define, drafter or tree budget
-    missing, ...). The message names the file and key, or the ServerConfig field."""
+    missing, ...). The message names the file, line and key, or the ServerConfig field."""
 
 
-# --------------------------------------------------------------------------------------------
-# flags file loading and validation
+def _template(text: str) -> str:
+    for name in PLACEHOLDER_RE.findall(text):
+        if name not in PLACEHOLDERS:
+            raise ValueError(f"unknown placeholder {{{name}}} (known: {', '.join(PLACEHOLDERS)})")
+    return text
 
 
-def _check_str_list(value: Any, where: str, allow_groups: bool = False) -> None:
-    if not isinstance(value, list):
-        raise EngineConfigError(f"{where}: expected a list of strings, got {type(value).__name__}")
-    for i, item in enumerate(value):
-        if allow_groups and isinstance(item, list):
-            _check_str_list(item, f"{where}[{i}]")
-        elif not isinstance(item, str):
-            raise EngineConfigError(f"{where}[{i}]: expected a string, got {type(item).__name__} {item!r}")
-        else:
-            for name in PLACEHOLDER_RE.findall(item):
-                if name not in PLACEHOLDERS:
-                    raise EngineConfigError(
-                        f"{where}[{i}]: unknown placeholder {{{name}}} (known: {', '.join(PLACEHOLDERS)})"
-                    )
+def _arg(item: Any) -> Any:
+    """A method argv element: a template, or a list of templates (an optional group)."""
+    if isinstance(item, str):
+        return _template(item)
+    if isinstance(item, list) and all(isinstance(t, str) for t in item):
+        return [_template(t) for t in item]
+    raise ValueError(f"expected a string or a list of strings (an optional group), got {item!r}")
 
 
-def _check_method(entry: Any, where: str) -> None:
-    if entry is None:
-        return
-    if not isinstance(entry, dict):
-        raise EngineConfigError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    unknown = set(entry) - _METHOD_KEYS
-    if unknown:
-        raise EngineConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_METHOD_KEYS)})"
-        )
-    if "args" in entry:
-        _check_str_list(entry["args"], f"{where}.args", allow_groups=True)
-    if "speculative_config" in entry:
-        sc = entry["speculative_config"]
-        if not isinstance(sc, dict):
-            raise EngineConfigError(f"{where}.speculative_config: expected a mapping")
-        for key, val in sc.items():
+def _flag(text: str) -> str:
+    if not text.startswith("-"):
+        raise ValueError(f"expected a flag such as '--x', got {text!r}")
+    return text
+
+
+Template = Annotated[str, AfterValidator(_template)]
+Arg = Annotated[Any, AfterValidator(_arg)]
+Flag = Annotated[str, AfterValidator(_flag)]
+#: ServerConfig fields (and the run's seed) an engine maps to a flag under `options`.
+OptionField = Literal["dtype", "max_model_len", "load_format", "served_model_name", "seed"]
+
+
+class MethodFlags(StrictModel):
+    """How one method is spelled on one engine build (a `methods.NAME` entry).
+
+    `args` argv templates (a nested list is an optional group, left out when one of its
+    placeholders has no value); `speculative_config` JSON-encoded into `--speculative-config`
+    (vLLM); `default_k` the k used when the run gives none; `k_from_block_size` k defaults to the
+    drafter config.json `block_size` - 1 (DFlash)."""
+
+    args: list[Arg] = Field(default_factory=list)
+    speculative_config: dict[str, Any] | None = None
+    default_k: Annotated[int, Field(ge=1)] | None = None
+    k_from_block_size: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_method_facts(cls, data: Any) -> Any:
+        for key in _METHOD_TABLE_KEYS:
+            if isinstance(data, dict) and key in data:
+                raise FieldProblem(key, "a property of the decoding method, kept in the method table "
+                                        "(benchkit/methods.py), not of an engine build: remove it")
+        return data
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _config_templates(cls, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key, val in (config or {}).items():
             if isinstance(val, str):
-                for name in PLACEHOLDER_RE.findall(val):
-                    if name not in PLACEHOLDERS:
-                        raise EngineConfigError(
-                            f"{where}.speculative_config.{key}: unknown placeholder {{{name}}}"
-                        )
-    for key in ("needs_drafter", "needs_budget", "prefix_caching", "k_from_block_size"):
-        if key in entry and not isinstance(entry[key], bool):
-            raise EngineConfigError(f"{where}.{key}: expected true/false, got {entry[key]!r}")
-    if "default_k" in entry and (
-        not isinstance(entry["default_k"], int)
-        or isinstance(entry["default_k"], bool)
-        or entry["default_k"] < 1
-    ):
-        raise EngineConfigError(f"{where}.default_k: expected a positive integer, got {entry['default_k']!r}")
+                try:
+                    _template(val)
+                except ValueError as exc:
+                    raise FieldProblem(key, str(exc)) from None
+        return config
 
 
-def _check_engine_block(block: Any, where: str, allowed: set[str]) -> None:
-    if not isinstance(block, dict):
-        raise EngineConfigError(f"{where}: expected a mapping, got {type(block).__name__}")
-    unknown = set(block) - allowed
-    if unknown:
-        raise EngineConfigError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
-    for key in ("launch", "prefix_caching_on", "prefix_caching_off"):
-        if key in block:
-            _check_str_list(block[key], f"{where}.{key}")
-    if "options" in block:
-        opts = block["options"]
-        if not isinstance(opts, dict):
-            raise EngineConfigError(f"{where}.options: expected a mapping")
-        for key, flag in opts.items():
-            if key not in _OPTION_FIELDS:
-                raise EngineConfigError(
-                    f"{where}.options.{key}: unknown field (allowed: {sorted(_OPTION_FIELDS)})"
-                )
-            if not isinstance(flag, str) or not flag.startswith("-"):
-                raise EngineConfigError(f"{where}.options.{key}: expected a flag such as '--x', got {flag!r}")
-    if "methods" in block:
-        methods = block["methods"]
-        if not isinstance(methods, dict):
-            raise EngineConfigError(f"{where}.methods: expected a mapping")
-        for name, entry in methods.items():
-            if name not in METHODS:
-                raise EngineConfigError(
-                    f"{where}.methods.{name}: unknown method (known: {', '.join(METHODS)})"
-                )
-            _check_method(entry, f"{where}.methods.{name}")
+class EngineFlags(StrictModel):
+    """One engine's flags (`engines.vllm`, `engines.sglang`): `launch` argv templates after the
+    python executable, `options` ServerConfig field -> flag, `prefix_caching_on` / `_off` literal
+    flags, `methods` method name -> MethodFlags (None: defined, no flags)."""
+
+    launch: list[Template] | None = None
+    options: dict[OptionField, Flag] | None = None
+    prefix_caching_on: list[str] | None = None
+    prefix_caching_off: list[str] | None = None
+    methods: dict[MethodName, MethodFlags | None] | None = None
+
+
+class BuildFlags(EngineFlags):
+    """An engine build (`builds.NAME`): the keys of EngineFlags, which override its engine's, plus
+    the `engine` it is a build of."""
+
+    engine: LaunchedEngineName
+
+
+class FlagsFile(StrictModel):
+    """A whole flags file: `engines` and `builds`."""
+
+    engines: dict[LaunchedEngineName, EngineFlags] = Field(default_factory=dict)
+    builds: dict[str, BuildFlags] = Field(default_factory=dict)
 
 
 def validate_flags(data: Any, source: str) -> dict[str, Any]:
-    """Check a parsed flags document (see engine_flags.yaml) and return it with `engines` and
-    `builds` present. Raises EngineConfigError naming `source` and the offending key."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise EngineConfigError(f"{source}: top level must be a mapping with 'engines' and/or 'builds'")
-    unknown = set(data) - {"engines", "builds"}
-    if unknown:
-        raise EngineConfigError(
-            f"{source}: unknown top-level key(s) {sorted(unknown)} (allowed: engines, builds)"
-        )
-    engines = data.get("engines") or {}
-    builds = data.get("builds") or {}
-    if not isinstance(engines, dict) or not isinstance(builds, dict):
-        raise EngineConfigError(f"{source}: 'engines' and 'builds' must be mappings")
-    for name, block in engines.items():
-        if name not in ("vllm", "sglang"):
-            raise EngineConfigError(f"{source}: engines.{name}: unknown engine (known: vllm, sglang)")
-        _check_engine_block(block, f"{source}: engines.{name}", _ENGINE_KEYS)
-    for name, block in builds.items():
-        _check_engine_block(block, f"{source}: builds.{name}", _BUILD_KEYS)
-        if block.get("engine") not in ("vllm", "sglang"):
-            raise EngineConfigError(
-                f"{source}: builds.{name}.engine: must be vllm or sglang, got {block.get('engine')!r}"
-            )
-    return {"engines": engines, "builds": builds}
+    """Check a parsed flags document (FlagsFile) and return it as plain dicts holding only the
+    keys it sets (what merging needs), with `engines` and `builds` present. Raises
+    EngineConfigError as `source:line: field: reason`."""
+    try:
+        FlagsFile.model_validate({} if data is None else data)
+    except ValidationError as exc:
+        p = first_problem(exc, data, FlagsFile)
+        where = f"{source}:{p.line}" if p.line else source
+        raise EngineConfigError(f"{where}: {p.field}: {p.reason}" if p.field else f"{where}: {p.reason}") from None
+    doc = plain(data) or {}
+    return {"engines": dict(doc.get("engines") or {}), "builds": dict(doc.get("builds") or {})}
 
 
 def _read_yaml(path: Path) -> Any:
@@ -158,27 +146,28 @@ def _read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise EngineConfigError(f"{path}: cannot read flags file: {exc}") from exc
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as exc:
-        raise EngineConfigError(f"{path}: invalid YAML: {exc}") from exc
+        line, problem = yaml_problem(exc)
+        raise EngineConfigError(f"{path}:{line}: invalid YAML: {problem}" if line else
+                                f"{path}: invalid YAML: {problem}") from None
 
 
 def merge_block(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` (an engine or build block) merged over `base`: its keys replace ours, except that
+    `options` and `methods` entries replace ours one by one (a method entry wholesale)."""
     out = copy.deepcopy(base)
     for key, val in over.items():
-        if key == "methods":
-            methods = out.setdefault("methods", {})
-            for mname, mentry in (val or {}).items():
-                methods[mname] = copy.deepcopy(mentry)
-        elif key == "options":
-            out.setdefault("options", {}).update(val)
+        if key in ("methods", "options"):
+            out.setdefault(key, {}).update(copy.deepcopy(val or {}))
         else:
             out[key] = copy.deepcopy(val)
     return out
 
 
 def load_flags(flags_file: str | Path | None = None) -> dict[str, Any]:
-    """The shipped engine_flags.yaml, with `flags_file` (same layout) merged on top.
+    """The shipped engine_flags.yaml, with `flags_file` (same layout) merged on top, as plain
+    dicts: {"engines": {name: block}, "builds": {name: block}}.
 
     Merge rule: per engine or build, keys replace ours; `options` entries and `methods`
     entries replace ours one by one (a method entry wholesale). Raises EngineConfigError.
@@ -190,7 +179,4 @@ def load_flags(flags_file: str | Path | None = None) -> dict[str, Any]:
         for section in ("engines", "builds"):
             for name, block in user[section].items():
                 flags[section][name] = merge_block(flags[section].get(name, {}), block)
-        for name, block in flags["builds"].items():  # re-check merged builds
-            if block.get("engine") not in ("vllm", "sglang"):
-                raise EngineConfigError(f"{path}: builds.{name}.engine: must be vllm or sglang")
     return flags

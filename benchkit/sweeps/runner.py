@@ -33,6 +33,7 @@ from benchkit.hosts import preflight
 from benchkit.measure import counters, loadgen, metrics, validity, workloads
 from benchkit.measure.logs import RequestLog
 from benchkit.measure.metrics import WindowMetrics
+from benchkit.methods import METHODS
 from benchkit.specs import RunSpec
 
 
@@ -108,7 +109,8 @@ def _preflight(spec: RunSpec, adapter: adapters.EngineAdapter, port: int) -> Non
     s = spec.server
     dummy = s.load_format == "dummy"
     preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy)
-    if s.drafter and s.method not in ("ngram", "auto"):
+    method = METHODS.get(s.method)  # an unknown method fails in build_argv, with its reason
+    if s.drafter and method and method.takes_drafter:
         preflight.check_model_dir(s.drafter, role="drafter", allow_no_weights=dummy)
     uuids = [g.uuid for g in spec.gpus]
     if uuids:

@@ -4,12 +4,12 @@ A sweep file names one engine and model and a grid over TP degree x decoding-met
 concurrency x output length x input length x repeat. Layout (every key but `name`, `engine`,
 `model` and `grid.methods` is optional; unknown keys are errors)::
 
-    name: users-grid                 # sweep name (unique in the database)
+    name: users-grid                 # sweep name
     description: free text
-    engine: sglang                   # vllm | sglang | external
+    engine: sglang                   # vllm | sglang | external (benchkit.engines.catalog)
     engine_build: ""                 # default build (key into engine_flags.yaml `builds`)
     model: /models/Qwen3.5-27B       # target model dir or name; "{demo_target}" style placeholders
-    drafter: /models/...-DFlash      # default drafter for methods that need one
+    drafter: /models/...-DFlash      # default drafter of the methods that need one
     port: 30000                      # default: the engine's usual port
     server: {dtype, max_model_len, load_format, served_model_name, prefix_caching,
              extra_args, env, endpoint_url, is_demo_model}
@@ -27,11 +27,17 @@ concurrency x output length x input length x repeat. Layout (every key but `name
                temperature, seed, warmup_requests}   # plus input_len/output_len/concurrency
                                                       # when the grid does not list them
     limits: {ready_timeout_s, request_timeout_s, run_timeout_s, stop_timeout_s, max_error_rate}
-    slo: {ttft_ms: 500, tpot_ms: 50}  # goodput bounds, ms
+    slo: {ttft_ms: 500, tpot_ms: 50} # goodput bounds, ms
     repeats: 1
+    gpus: {4: [4, 5, 6, 7]}          # NVML indices pinned per TP degree; others are planned
+    share_server: true               # runs differing only in workload share a server start
     extra: {}                        # free-form metadata, stored with the sweep
 
-Errors (`SweepError`) name the file, the line and the field path, e.g.
+The layout is the pydantic model `SweepFile` (unknown keys forbidden, no type coercion). What a
+decoding method needs (a tree budget for DDTree, a drafter, no k for `auto`, prefix caching off
+for DDTree) is checked by benchkit.methods.check_method, the same rule the engine adapters and the
+result importer apply; every method must also be defined for its engine build in the engine flags
+file. Errors (`SweepError`) name the file, the line and the field path, e.g.
 ``sweeps/x.yaml:12: grid.methods[3].tree_budget: method 'ddtree' needs a tree budget``.
 """
 
@@ -41,57 +47,31 @@ import copy
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_validator, model_validator
 
-from benchkit.specs import ENGINES, METHODS, GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
+from benchkit.configfile import (
+    FieldProblem,
+    StrictModel,
+    first_problem,
+    format_field,
+    load_yaml,
+    locate,
+    plain,
+    yaml_problem,
+)
+from benchkit.engines.adapters import EngineConfigError, adapter_for
+from benchkit.engines.catalog import DEFAULT_PORTS, LAUNCHED_ENGINES, EngineName
+from benchkit.engines.demo_models import is_demo_model
+from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
+from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 
-DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "external": 0}
-SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+#: Workload fields a grid may list as axes (else one value, from `workload:` or the default).
 GRID_AXES = ("concurrency", "output_len", "input_len")
-_TOP_KEYS = {
-    "gpus",
-    "share_server",
-    "name",
-    "description",
-    "engine",
-    "engine_build",
-    "model",
-    "drafter",
-    "port",
-    "server",
-    "grid",
-    "workload",
-    "limits",
-    "slo",
-    "repeats",
-    "extra",
-}
-_SERVER_KEYS = {
-    "dtype",
-    "max_model_len",
-    "load_format",
-    "served_model_name",
-    "prefix_caching",
-    "extra_args",
-    "env",
-    "endpoint_url",
-    "is_demo_model",
-}
-_VARIANT_KEYS = {
-    "method",
-    "num_speculative_tokens",
-    "tree_budget",
-    "drafter",
-    "engine_build",
-    "prefix_caching",
-    "extra_args",
-}
-_WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)} - {"slo"}
-_LIMIT_KEYS = {f.name for f in fields(Limits)}
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -109,72 +89,203 @@ class SweepError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# YAML with line numbers
+# the file's layout
 
 
-class _LineDict(dict):
-    """dict that remembers the 1-based line of itself (`line`) and of each key (`lines`)."""
-
-    line: int | None = None
-    lines: dict[Any, int]
+def _as_list(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
 
 
-class _LineList(list):
-    line: int | None = None
-    lines: list[int]
+def _distinct(values: list[int]) -> list[int]:
+    if len(set(values)) != len(values):
+        raise ValueError(f"duplicate values in {values}")
+    return values
 
 
-class _LineLoader(yaml.SafeLoader):
-    pass
+#: One value or a list of distinct integers >= 1 (a grid axis, k values, tree budgets).
+Positives = Annotated[list[Annotated[int, Field(ge=1)]], BeforeValidator(_as_list), Field(min_length=1),
+                      AfterValidator(_distinct)]
+#: One or more distinct NVML GPU indices.
+GpuIndices = Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_as_list), Field(min_length=1),
+                       AfterValidator(_distinct)]
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+_WORKLOAD = WorkloadSpec()  # the defaults the workload section starts from
+_LIMITS = Limits()
 
 
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _LineDict:
-    loader.flatten_mapping(node)
-    out = _LineDict()
-    out.line = node.start_mark.line + 1
-    out.lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
+def _env(value: Any) -> Any:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError("expected a mapping of strings to strings (quote numbers)")
+    return value
+
+
+class ServerSection(StrictModel):
+    """`server:` defaults for every run's ServerConfig (benchkit.specs)."""
+
+    dtype: str = ""
+    max_model_len: PositiveInt | None = None
+    load_format: str = ""
+    served_model_name: str = ""
+    prefix_caching: bool | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    env: Annotated[dict[str, str], BeforeValidator(_env)] = Field(default_factory=dict)
+    endpoint_url: str = ""
+    is_demo_model: bool = False
+
+
+class MethodEntry(StrictModel):
+    """One `grid.methods` entry: a method name alone, or a mapping whose list values expand
+    (k values x tree budgets). `drafter` / `engine_build` None: the sweep's."""
+
+    method: MethodName
+    num_speculative_tokens: Positives | None = None
+    tree_budget: Positives | None = None
+    drafter: str | None = None
+    engine_build: str | None = None
+    prefix_caching: bool | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_alone(cls, data: Any) -> Any:
+        return {"method": data} if isinstance(data, str) else data
+
+
+class Grid(StrictModel):
+    """`grid:`: TP degrees, method entries and the workload axes GRID_AXES (None: not an axis)."""
+
+    tp: Positives = Field(default_factory=lambda: [1])
+    methods: Annotated[list[MethodEntry], Field(min_length=1)]
+    concurrency: Positives | None = None
+    output_len: Positives | None = None
+    input_len: Positives | None = None
+
+
+class WorkloadSection(StrictModel):
+    """`workload:` defaults for every run's WorkloadSpec (benchkit.specs; `slo` is top level)."""
+
+    dataset: Literal["random", "sharegpt", "jsonl"] = "random"
+    dataset_path: str = ""
+    input_len: PositiveInt = _WORKLOAD.input_len
+    output_len: PositiveInt = _WORKLOAD.output_len
+    num_prompts: PositiveInt = _WORKLOAD.num_prompts
+    concurrency: PositiveInt = _WORKLOAD.concurrency
+    request_rate: PositiveFloat | None = None
+    burstiness: PositiveFloat = _WORKLOAD.burstiness
+    ignore_eos: bool = _WORKLOAD.ignore_eos
+    temperature: Annotated[float, Field(ge=0)] = _WORKLOAD.temperature
+    seed: NonNegativeInt = _WORKLOAD.seed
+    warmup_requests: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _dataset_path(self) -> WorkloadSection:
+        if self.dataset != "random" and not self.dataset_path:
+            raise FieldProblem("dataset_path", f"dataset {self.dataset!r} needs a path")
+        return self
+
+
+class LimitsSection(StrictModel):
+    """`limits:` for every run (benchkit.specs.Limits): timeouts in s, the error-rate threshold."""
+
+    ready_timeout_s: PositiveFloat = _LIMITS.ready_timeout_s
+    request_timeout_s: PositiveFloat = _LIMITS.request_timeout_s
+    run_timeout_s: PositiveFloat = _LIMITS.run_timeout_s
+    stop_timeout_s: PositiveFloat = _LIMITS.stop_timeout_s
+    max_error_rate: PositiveFloat = _LIMITS.max_error_rate
+
+    @field_validator("max_error_rate")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if value > 1:
+            raise ValueError(f"is a fraction in (0, 1], got {value:g}")
+        return value
+
+
+class SloSection(StrictModel):
+    """`slo:` goodput bounds in ms (benchkit.measure.metrics)."""
+
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2el_ms: PositiveFloat | None = None
+
+
+class SweepFile(StrictModel):
+    """A whole sweep file (see the module docstring). Besides the field types, it checks: a
+    non-empty name; engine `external` names its server; a workload axis in one place only;
+    every method variant against the method table (check_method) and no variant twice; pinned
+    GPUs only for listed TP degrees, as many distinct indices as the degree."""
+
+    name: str
+    description: str = ""
+    engine: EngineName
+    engine_build: str = ""
+    model: str
+    drafter: str = ""
+    port: PositiveInt | None = None
+    server: ServerSection = Field(default_factory=ServerSection)
+    grid: Grid
+    workload: WorkloadSection = Field(default_factory=WorkloadSection)
+    limits: LimitsSection = Field(default_factory=LimitsSection)
+    slo: SloSection = Field(default_factory=SloSection)
+    repeats: PositiveInt = 1
+    gpus: dict[int, GpuIndices] = Field(default_factory=dict)
+    share_server: bool = True
+    extra: dict[Any, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("empty")
+        return name
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepFile:
+        if self.engine not in LAUNCHED_ENGINES and not self.server.endpoint_url:
+            raise FieldProblem(("server", "endpoint_url"), f"engine {self.engine!r} needs the URL of a running server")
+        for axis in GRID_AXES:
+            if getattr(self.grid, axis) is not None and axis in self.workload.model_fields_set:
+                raise FieldProblem(("workload", axis), f"also given as grid.{axis}; give it in one place")
+        seen: list[MethodVariant] = []
+        for i, variant in self.variants():
+            self._check_variant(i, variant)
+            if variant in seen:
+                raise FieldProblem(("grid", "methods", i), f"duplicate method entry {variant.label!r} (each point "
+                                                           "runs once; use `repeats` for repeated measurements)")
+            seen.append(variant)
+        for tp, indices in self.gpus.items():
+            if tp not in self.grid.tp:
+                raise FieldProblem(("gpus", tp), f"{tp} is not a TP degree of grid.tp {self.grid.tp}")
+            if len(indices) != tp:
+                raise FieldProblem(("gpus", tp), f"TP {tp} needs {tp} distinct GPU indices, got {indices}")
+        return self
+
+    def _check_variant(self, i: int, v: MethodVariant) -> None:
+        """The method table's rule for variant `v` of entry `i` (a sweep-wide prefix_caching
+        counts where the entry sets none)."""
+        prefix_from_server = v.prefix_caching is None and self.server.prefix_caching is not None
+        prefix = self.server.prefix_caching if prefix_from_server else v.prefix_caching
         try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"unhashable key {key!r}", key_node.start_mark
-            ) from None
-        if key in out:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        out[key] = loader.construct_object(value_node, deep=True)
-        out.lines[key] = key_node.start_mark.line + 1
-    return out
+            check_method(v.method, v.num_speculative_tokens, v.tree_budget,
+                         v.drafter if v.drafter is not None else self.drafter, prefix)
+        except MethodError as exc:
+            if exc.field == "prefix_caching" and prefix_from_server:
+                raise FieldProblem(("server", "prefix_caching"), f"{exc.reason}: set prefix_caching on the "
+                                                                 "other method entries instead") from None
+            hint = " (set it here or at the top level)" if exc.field == "drafter" else ""
+            raise FieldProblem(("grid", "methods", i, exc.field), exc.reason + hint) from None
 
-
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> _LineList:
-    out = _LineList(loader.construct_object(child, deep=True) for child in node.value)
-    out.line = node.start_mark.line + 1
-    out.lines = [child.start_mark.line + 1 for child in node.value]
-    return out
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
-
-
-def _line_of(container: Any, key: Any = None) -> int | None:
-    if key is not None:
-        if isinstance(container, _LineDict):
-            return container.lines.get(key, container.line)
-        if isinstance(container, _LineList) and isinstance(key, int) and key < len(container.lines):
-            return container.lines[key]
-    return getattr(container, "line", None)
-
-
-def _plain(obj: Any) -> Any:
-    """Strip the line-tracking types (plain dicts and lists)."""
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_plain(v) for v in obj]
-    return obj
+    def variants(self) -> list[tuple[int, MethodVariant]]:
+        """(entry index, variant) for every method variant, in file order: each entry's k values
+        x tree budgets."""
+        out = []
+        for i, e in enumerate(self.grid.methods):
+            for k, b in itertools.product(e.num_speculative_tokens or [None], e.tree_budget or [None]):
+                out.append((i, MethodVariant(e.method, k, b, e.drafter, e.engine_build, e.prefix_caching,
+                                             list(e.extra_args))))
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,20 +306,17 @@ class MethodVariant:
 
     @property
     def label(self) -> str:
-        """Short display label: `auto`, `linear`, `b15` (DDTree budget), `draft_model k=4`."""
-        if self.method == "ddtree" and self.tree_budget is not None:
-            return f"b{self.tree_budget}"
-        if self.num_speculative_tokens is not None:
-            return f"{self.method} k={self.num_speculative_tokens}"
-        return self.method
+        """Short display label (benchkit.methods.method_label): `auto`, `b15`, `draft_model k=4`."""
+        return method_label(self.method, self.num_speculative_tokens, self.tree_budget)
 
 
 @dataclass
 class SweepSpec:
     """A parsed sweep file. `grid` holds `tp` (list[int]), `methods` (list[MethodVariant]) and
     the workload axes `concurrency`, `output_len`, `input_len` (list[int]). `server`,
-    `workload`, `limits` hold defaults for the matching `benchkit.specs` dataclasses; `slo`
-    maps `ttft_ms` / `tpot_ms` / `e2el_ms` to bounds in ms. `source` is the file it came from."""
+    `workload`, `limits` hold the keys the file sets for the matching `benchkit.specs`
+    dataclasses; `slo` maps `ttft_ms` / `tpot_ms` / `e2el_ms` to bounds in ms. `source` is the
+    file it came from; `raw` the file's data (placeholders substituted), stored with the sweep."""
 
     name: str
     engine: str
@@ -284,8 +392,6 @@ class SweepSpec:
         (the runner allocates at run time). DDTree variants get prefix caching off.
         `is_demo_model` is set when the model's config.json carries `draftboard_demo: true`.
         """
-        from benchkit.engines.demo_models import is_demo_model
-
         runs: list[RunSpec] = []
         g = self.grid
         demo = bool(self.server.get("is_demo_model")) or is_demo_model(self.model)
@@ -294,7 +400,8 @@ class SweepSpec:
             prefix = variant.prefix_caching
             if prefix is None:
                 prefix = self.server.get("prefix_caching")
-            if variant.method == "ddtree" and prefix is None:
+            info = METHODS[variant.method]
+            if info.prefix_caching_off and prefix is None:
                 prefix = False
             server_kwargs = {
                 k: v for k, v in self.server.items() if k not in ("prefix_caching", "extra_args", "env")
@@ -303,7 +410,7 @@ class SweepSpec:
                 engine=self.engine,
                 model=self.model,
                 drafter=(variant.drafter if variant.drafter is not None else self.drafter)
-                if _needs_drafter(variant)
+                if info.needs_drafter or variant.drafter
                 else "",
                 method=variant.method,
                 num_speculative_tokens=variant.num_speculative_tokens,
@@ -342,403 +449,95 @@ class SweepSpec:
         return copy.deepcopy(self.raw)
 
 
-def _needs_drafter(variant: MethodVariant) -> bool:
-    return variant.method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") or bool(variant.drafter)
-
-
-class _Ctx:
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, container: Any, key: Any, path: str, message: str) -> SweepError:
-        return SweepError(self.source, _line_of(container, key), path, message)
-
-
-def _check_keys(
-    ctx: _Ctx, data: Any, allowed: set[str], path: str, parent: Any = None, pkey: Any = None
-) -> None:
-    if not isinstance(data, dict):
-        raise ctx.fail(parent, pkey, path, f"expected a mapping, got {type(data).__name__}")
-    for key in data:
-        if key not in allowed:
-            sub = f"{path}.{key}" if path else str(key)
-            raise ctx.fail(data, key, sub, f"unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-def _int(ctx: _Ctx, val: Any, container: Any, key: Any, path: str, minimum: int = 1) -> int:
-    if not isinstance(val, int) or isinstance(val, bool):
-        raise ctx.fail(container, key, path, f"expected an integer, got {type(val).__name__} {val!r}")
-    if val < minimum:
-        raise ctx.fail(container, key, path, f"must be >= {minimum}, got {val}")
-    return val
-
-
-def _int_list(ctx: _Ctx, val: Any, container: Any, key: Any, path: str, minimum: int = 1) -> list[int]:
-    items = val if isinstance(val, list) else [val]
-    if not items:
-        raise ctx.fail(container, key, path, "empty list")
-    out = [
-        _int(
-            ctx,
-            v,
-            items if isinstance(val, list) else container,
-            i if isinstance(val, list) else key,
-            f"{path}[{i}]" if isinstance(val, list) else path,
-            minimum,
-        )
-        for i, v in enumerate(items)
-    ]
-    if len(set(out)) != len(out):
-        raise ctx.fail(container, key, path, f"duplicate values in {out}")
-    return out
-
-
-def _str(ctx: _Ctx, val: Any, container: Any, key: Any, path: str) -> str:
-    if not isinstance(val, str):
-        raise ctx.fail(container, key, path, f"expected a string, got {type(val).__name__} {val!r}")
-    return val
-
-
-def _str_list(ctx: _Ctx, val: Any, container: Any, key: Any, path: str) -> list[str]:
-    if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
-        raise ctx.fail(container, key, path, f"expected a list of strings, got {val!r}")
-    return list(val)
-
-
-def _substitute(
-    obj: Any, variables: dict[str, str], ctx: _Ctx, path: str = "", container: Any = None, key: Any = None
-):
+def _substitute(obj: Any, variables: dict[str, str], source: str, root: Any, loc: tuple = ()) -> Any:
+    """`obj` with `{name}` placeholders in every string replaced from `variables` (line tracking
+    kept). Raises SweepError at the string that names an unknown placeholder."""
     if isinstance(obj, str):
 
         def sub(m: re.Match) -> str:
             if m.group(1) not in variables:
-                raise ctx.fail(
-                    container,
-                    key,
-                    path,
-                    f"unknown placeholder {{{m.group(1)}}} (known: {', '.join(sorted(variables)) or 'none'})",
-                )
+                line, shown = locate(root, loc)
+                raise SweepError(source, line, format_field(shown), f"unknown placeholder {{{m.group(1)}}} "
+                                 f"(known: {', '.join(sorted(variables)) or 'none'})")
             return str(variables[m.group(1)])
 
         return _PLACEHOLDER_RE.sub(sub, obj)
-    if isinstance(obj, _LineDict):
-        out = _LineDict()
-        out.line, out.lines = obj.line, obj.lines
-        for k, v in obj.items():
-            out[k] = _substitute(v, variables, ctx, f"{path}.{k}" if path else str(k), obj, k)
-        return out
     if isinstance(obj, dict):
-        return {
-            k: _substitute(v, variables, ctx, f"{path}.{k}" if path else str(k), obj, k)
-            for k, v in obj.items()
-        }
-    if isinstance(obj, _LineList):
-        out_l = _LineList(_substitute(v, variables, ctx, f"{path}[{i}]", obj, i) for i, v in enumerate(obj))
-        out_l.line, out_l.lines = obj.line, obj.lines
-        return out_l
+        out = copy.copy(obj)  # a LineDict keeps its lines
+        for k, v in obj.items():
+            out[k] = _substitute(v, variables, source, root, (*loc, k))
+        return out
     if isinstance(obj, list):
-        return [_substitute(v, variables, ctx, f"{path}[{i}]", obj, i) for i, v in enumerate(obj)]
+        out_l = copy.copy(obj)
+        for i, v in enumerate(obj):
+            out_l[i] = _substitute(v, variables, source, root, (*loc, i))
+        return out_l
     return obj
 
 
-def _parse_variants(ctx: _Ctx, methods: Any, grid: Any, sweep: dict[str, Any]) -> list[MethodVariant]:
-    if not isinstance(methods, list) or not methods:
-        raise ctx.fail(grid, "methods", "grid.methods", "expected a non-empty list of methods")
-    variants: list[MethodVariant] = []
-    for i, entry in enumerate(methods):
-        path = f"grid.methods[{i}]"
-        if isinstance(entry, str):
-            entry_d: dict[str, Any] = {"method": entry}
-            container: Any = methods
-            ckey: Any = i
-        else:
-            _check_keys(ctx, entry, _VARIANT_KEYS, path, methods, i)
-            entry_d, container, ckey = entry, entry, "method"
-        if "method" not in entry_d:
-            raise ctx.fail(methods, i, f"{path}.method", "missing")
-        method = entry_d["method"]
-        if method not in METHODS:
-            raise ctx.fail(
-                container, ckey, f"{path}.method", f"unknown method {method!r} (known: {', '.join(METHODS)})"
-            )
-        ks: list[int | None] = [None]
-        budgets: list[int | None] = [None]
-        if "num_speculative_tokens" in entry_d:
-            if method == "auto":
-                raise ctx.fail(
-                    entry_d,
-                    "num_speculative_tokens",
-                    f"{path}.num_speculative_tokens",
-                    "method 'auto' does not speculate",
-                )
-            ks = _int_list(
-                ctx,
-                entry_d["num_speculative_tokens"],
-                entry_d,
-                "num_speculative_tokens",
-                f"{path}.num_speculative_tokens",
-            )
-        if "tree_budget" in entry_d:
-            if method != "ddtree":
-                raise ctx.fail(
-                    entry_d,
-                    "tree_budget",
-                    f"{path}.tree_budget",
-                    f"only method 'ddtree' takes a tree budget, not {method!r}",
-                )
-            budgets = _int_list(ctx, entry_d["tree_budget"], entry_d, "tree_budget", f"{path}.tree_budget")
-        elif method == "ddtree":
-            raise ctx.fail(container, ckey, f"{path}.tree_budget", "method 'ddtree' needs a tree budget")
-        drafter = None
-        if "drafter" in entry_d:
-            drafter = _str(ctx, entry_d["drafter"], entry_d, "drafter", f"{path}.drafter")
-        if method in ("draft_model", "eagle", "eagle3", "linear", "ddtree") and not (
-            drafter or sweep.get("drafter")
-        ):
-            raise ctx.fail(
-                container,
-                ckey,
-                f"{path}.drafter",
-                f"method {method!r} needs a drafter (set it here or at the top level)",
-            )
-        build = None
-        if "engine_build" in entry_d:
-            build = _str(ctx, entry_d["engine_build"], entry_d, "engine_build", f"{path}.engine_build")
-        prefix = entry_d.get("prefix_caching")
-        if prefix is not None and not isinstance(prefix, bool):
-            raise ctx.fail(
-                entry_d, "prefix_caching", f"{path}.prefix_caching", f"expected true/false, got {prefix!r}"
-            )
-        if method == "ddtree" and prefix is True:
-            raise ctx.fail(
-                entry_d,
-                "prefix_caching",
-                f"{path}.prefix_caching",
-                "DDTree is measured with prefix caching off",
-            )
-        extra = (
-            _str_list(ctx, entry_d["extra_args"], entry_d, "extra_args", f"{path}.extra_args")
-            if "extra_args" in entry_d
-            else []
-        )
-        for k, b in itertools.product(ks, budgets):
-            variant = MethodVariant(method, k, b, drafter, build, prefix, list(extra))
-            if variant in variants:
-                raise ctx.fail(container, ckey, path, f"duplicate method entry {variant.label!r} (each point runs once;"
-                               " use `repeats` for repeated measurements)")
-            variants.append(variant)
-    return variants
-
-
 def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | None = None) -> SweepSpec:
-    """Validate a parsed sweep document and build a SweepSpec.
+    """Validate a parsed sweep document (SweepFile) and build a SweepSpec.
 
     `variables` substitutes `{name}` placeholders in every string (e.g. `demo_target`,
     `demo_draft`); an unknown placeholder is then an error. Without `variables`,
-    placeholders stay as written (`SweepSpec.placeholders()` lists them).
-
-    Checks: unknown keys at every level, types, engine in vllm/sglang/external, methods known
-    (and defined for the engine build in engine_flags.yaml), tree budget given for and only for
-    ddtree, drafter present for methods that need one, positive integers on the grid axes,
-    SLO keys. Raises SweepError naming `source`, the line and the field.
+    placeholders stay as written (`SweepSpec.placeholders()` lists them). After the layout, every
+    (method, engine build) must be defined in the engine flags file (engine_flags.yaml plus
+    DRAFTBOARD_ENGINE_FLAGS). Raises SweepError naming `source`, the line (when `data` came from
+    `loads_sweep`) and the field.
     """
-    ctx = _Ctx(source)
     if variables is not None:
-        data = _substitute(data, variables, ctx)
+        data = _substitute(data, variables, source, data)
     if not isinstance(data, dict):
-        raise SweepError(source, _line_of(data), "", "a sweep file must be a mapping at the top level")
-    _check_keys(ctx, data, _TOP_KEYS, "")
-    for req in ("name", "engine", "model", "grid"):
-        if req not in data:
-            raise ctx.fail(data, None, req, "missing (required)")
-    name = _str(ctx, data["name"], data, "name", "name")
-    if not name.strip():
-        raise ctx.fail(data, "name", "name", "empty")
-    engine = data["engine"]
-    if engine not in ENGINES:
-        raise ctx.fail(data, "engine", "engine", f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    model = _str(ctx, data["model"], data, "model", "model")
-    drafter = _str(ctx, data["drafter"], data, "drafter", "drafter") if "drafter" in data else ""
-    engine_build = (
-        _str(ctx, data["engine_build"], data, "engine_build", "engine_build")
-        if "engine_build" in data
-        else ""
-    )
-    description = (
-        _str(ctx, data["description"], data, "description", "description") if "description" in data else ""
-    )
-    port = _int(ctx, data["port"], data, "port", "port", 1) if data.get("port") is not None else None
-
-    server: dict[str, Any] = {}
-    if "server" in data:
-        sd = data["server"]
-        _check_keys(ctx, sd, _SERVER_KEYS, "server", data, "server")
-        for key, val in sd.items():
-            p = f"server.{key}"
-            if key in ("dtype", "load_format", "served_model_name", "endpoint_url"):
-                server[key] = _str(ctx, val, sd, key, p)
-            elif key == "max_model_len":
-                server[key] = _int(ctx, val, sd, key, p)
-            elif key in ("prefix_caching", "is_demo_model"):
-                if not isinstance(val, bool):
-                    raise ctx.fail(sd, key, p, f"expected true/false, got {val!r}")
-                server[key] = val
-            elif key == "extra_args":
-                server[key] = _str_list(ctx, val, sd, key, p)
-            elif key == "env":
-                if not isinstance(val, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in val.items()
-                ):
-                    raise ctx.fail(sd, key, p, "expected a mapping of strings to strings (quote numbers)")
-                server[key] = dict(val)
-    if engine == "external" and not server.get("endpoint_url"):
-        raise ctx.fail(
-            data, "server", "server.endpoint_url", "engine 'external' needs the URL of a running server"
-        )
-
-    grid_d = data["grid"]
-    _check_keys(ctx, grid_d, {"tp", "methods", *GRID_AXES}, "grid", data, "grid")
-    if "methods" not in grid_d:
-        raise ctx.fail(grid_d, None, "grid.methods", "missing (required)")
-    grid: dict[str, Any] = {
-        "tp": _int_list(ctx, grid_d["tp"], grid_d, "tp", "grid.tp") if "tp" in grid_d else [1],
-        "methods": _parse_variants(ctx, grid_d["methods"], grid_d, data),
-    }
-
-    workload: dict[str, Any] = {}
-    wd = data.get("workload", {})
-    if "workload" in data:
-        _check_keys(ctx, wd, _WORKLOAD_KEYS, "workload", data, "workload")
-        defaults = WorkloadSpec()
-        for key, val in wd.items():
-            p = f"workload.{key}"
-            want = type(getattr(defaults, key))
-            if key in ("request_rate", "warmup_requests") and val is None:
-                workload[key] = None
-                continue
-            if key in ("request_rate", "burstiness", "temperature"):
-                if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0:
-                    raise ctx.fail(wd, key, p, f"expected a non-negative number, got {val!r}")
-                if key in ("request_rate", "burstiness") and val == 0:
-                    raise ctx.fail(wd, key, p, "must be > 0")
-                workload[key] = float(val)
-            elif key == "warmup_requests":
-                workload[key] = _int(ctx, val, wd, key, p, minimum=0)
-            elif want is bool:
-                if not isinstance(val, bool):
-                    raise ctx.fail(wd, key, p, f"expected true/false, got {val!r}")
-                workload[key] = val
-            elif want is int:
-                workload[key] = _int(ctx, val, wd, key, p, minimum=0 if key == "seed" else 1)
-            else:
-                workload[key] = _str(ctx, val, wd, key, p)
-        if workload.get("dataset", "random") not in ("random", "sharegpt", "jsonl"):
-            raise ctx.fail(
-                wd,
-                "dataset",
-                "workload.dataset",
-                f"unknown dataset {workload['dataset']!r} (known: random, sharegpt, jsonl)",
-            )
-        if workload.get("dataset") in ("sharegpt", "jsonl") and not workload.get("dataset_path"):
-            raise ctx.fail(
-                wd, "dataset", "workload.dataset_path", f"dataset {workload['dataset']!r} needs a path"
-            )
+        raise SweepError(source, getattr(data, "line", None), "", "a sweep file must be a mapping at the top level")
+    try:
+        sf = SweepFile.model_validate(data)
+    except ValidationError as exc:
+        p = first_problem(exc, data, SweepFile)
+        raise SweepError(source, p.line, p.field, p.reason) from None
+    variants = sf.variants()
+    _check_against_flags(sf, variants, data, source)
+    workload = sf.workload.model_dump(exclude_unset=True)
+    grid: dict[str, Any] = {"tp": list(sf.grid.tp), "methods": [v for _, v in variants]}
     for axis in GRID_AXES:
-        if axis in grid_d and axis in workload:
-            raise ctx.fail(wd, axis, f"workload.{axis}", f"also given as grid.{axis}; give it in one place")
-        if axis in grid_d:
-            grid[axis] = _int_list(ctx, grid_d[axis], grid_d, axis, f"grid.{axis}")
-        else:
-            grid[axis] = [workload.pop(axis, getattr(WorkloadSpec(), axis))]
-
-    limits: dict[str, Any] = {}
-    if "limits" in data:
-        ld = data["limits"]
-        _check_keys(ctx, ld, _LIMIT_KEYS, "limits", data, "limits")
-        for key, val in ld.items():
-            if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
-                raise ctx.fail(ld, key, f"limits.{key}", f"expected a positive number, got {val!r}")
-            if key == "max_error_rate" and val > 1:
-                raise ctx.fail(ld, key, f"limits.{key}", f"is a fraction in (0, 1], got {val}")
-            limits[key] = float(val)
-
-    slo: dict[str, float] = {}
-    if "slo" in data:
-        sl = data["slo"]
-        _check_keys(ctx, sl, set(SLO_KEYS), "slo", data, "slo")
-        for key, val in sl.items():
-            if not isinstance(val, (int, float)) or isinstance(val, bool) or val <= 0:
-                raise ctx.fail(sl, key, f"slo.{key}", f"expected a positive number of ms, got {val!r}")
-            slo[key] = float(val)
-
-    repeats = _int(ctx, data["repeats"], data, "repeats", "repeats") if "repeats" in data else 1
-    share_server = data.get("share_server", True)
-    if not isinstance(share_server, bool):
-        raise ctx.fail(data, "share_server", "share_server", f"expected true/false, got {share_server!r}")
-    pinned: dict[int, list[int]] = {}
-    if "gpus" in data:
-        gd = data["gpus"]
-        if not isinstance(gd, dict):
-            raise ctx.fail(data, "gpus", "gpus",
-                           "expected a mapping of TP degree to GPU indices, e.g. {4: [4, 5, 6, 7]}")
-        for tp_key, indices in gd.items():
-            p = f"gpus.{tp_key}"
-            if not isinstance(tp_key, int) or tp_key not in grid["tp"]:
-                raise ctx.fail(gd, tp_key, p, f"{tp_key!r} is not a TP degree of grid.tp {grid['tp']}")
-            idx = _int_list(ctx, indices, gd, tp_key, p, minimum=0)
-            if len(idx) != tp_key or len(set(idx)) != len(idx):
-                raise ctx.fail(gd, tp_key, p, f"TP {tp_key} needs {tp_key} distinct GPU indices, got {idx}")
-            pinned[tp_key] = idx
-    extra = data.get("extra", {}) or {}
-    if not isinstance(extra, dict):
-        raise ctx.fail(data, "extra", "extra", "expected a mapping")
-
-    spec = SweepSpec(
-        name=name,
-        engine=engine,
-        model=model,
+        listed = getattr(sf.grid, axis)
+        grid[axis] = list(listed) if listed is not None else [workload.pop(axis, getattr(_WORKLOAD, axis))]
+    return SweepSpec(
+        name=sf.name,
+        engine=sf.engine,
+        model=sf.model,
         grid=grid,
-        description=description,
-        drafter=drafter,
-        engine_build=engine_build,
-        port=port,
-        server=server,
+        description=sf.description,
+        drafter=sf.drafter,
+        engine_build=sf.engine_build,
+        port=sf.port,
+        server=sf.server.model_dump(exclude_unset=True),
         workload=workload,
-        limits=limits,
-        slo=slo,
-        repeats=repeats,
-        pinned_gpus=pinned,
-        share_server=share_server,
-        extra=_plain(extra),
+        limits=sf.limits.model_dump(exclude_unset=True),
+        slo=sf.slo.model_dump(exclude_none=True),
+        repeats=sf.repeats,
+        pinned_gpus={tp: list(ix) for tp, ix in sf.gpus.items()},
+        share_server=sf.share_server,
+        extra=plain(sf.extra) or {},
         source=source,
-        raw=_plain(data),
+        raw=plain(data),
     )
-    _check_against_flags(ctx, spec, grid_d)
-    return spec
 
 
-def _check_against_flags(ctx: _Ctx, spec: SweepSpec, grid_d: Any) -> None:
-    """Every (method, build) must be defined in engine_flags.yaml for the engine."""
-    if spec.engine == "external":
+def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
+    """Every (method, build) must be defined in the engine flags file for the engine."""
+    if sf.engine not in LAUNCHED_ENGINES:
         return
-    from benchkit.engines.adapters import EngineConfigError, adapter_for
-
-    adapter = adapter_for(spec.engine)
-    methods_node = grid_d.get("methods")
-    for variant in spec.methods:
-        build = variant.engine_build if variant.engine_build is not None else spec.engine_build
+    try:
+        adapter = adapter_for(sf.engine)
+    except EngineConfigError as exc:
+        raise SweepError(source, None, "engine", str(exc)) from None
+    for i, variant in variants:
         try:
-            adapter.method_entry(variant.method, build)
+            adapter.method_entry(variant.method, variant.engine_build if variant.engine_build is not None
+                                 else sf.engine_build)
         except EngineConfigError as exc:
-            idx = next(
-                (
-                    i
-                    for i, m in enumerate(methods_node)
-                    if (m == variant.method) or (isinstance(m, dict) and m.get("method") == variant.method)
-                ),
-                None,
-            )
-            raise ctx.fail(methods_node, idx, f"grid.methods[{idx}]", str(exc)) from None
+            line, shown = locate(data, ("grid", "methods", i))
+            raise SweepError(source, line, format_field(shown), str(exc)) from None
 
 
 def load_sweep_file(path: str | Path, variables: dict[str, str] | None = None) -> SweepSpec:
@@ -758,11 +557,10 @@ def loads_sweep(text: str, source: str = "<text>", variables: dict[str, str] | N
     """Parse and validate sweep YAML given as text (the admin's form); errors name `source`,
     the line and the field, as for a file."""
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SweepError(source, mark.line + 1 if mark else None, "", f"invalid YAML: {problem}") from None
+        line, problem = yaml_problem(exc)
+        raise SweepError(source, line, "", f"invalid YAML: {problem}") from None
     return parse_sweep(data, source, variables)
 
 

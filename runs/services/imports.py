@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from benchkit.formats.common import ImportedRun
 from benchkit.formats.reader import load_result_file
-from benchkit.specs import METHODS
+from benchkit.methods import METHODS, MethodError, check_method
 from runs.models import Host, Run, RunState, RunTransition, Sweep
 from runs.services.metrics_store import store_metrics
 
@@ -29,23 +29,24 @@ class ImportOptionError(ValueError):
     """The options given for an import contradict each other or the method's rules."""
 
 
+#: The import command's option for each field of benchkit.methods.check_method.
+OPTION_NAMES = {"method": "--method", "num_speculative_tokens": "--num-speculative-tokens",
+                "tree_budget": "--tree-budget", "drafter": "--drafter", "prefix_caching": "--prefix-caching"}
+
+
 def check_import_options(method: str, num_speculative_tokens: int | None, tree_budget: int | None, tp: int,
                          sweep_name: str) -> None:
-    """Raise ImportOptionError naming the option when the method description is invalid."""
-    if method not in METHODS:
-        raise ImportOptionError(f"--method {method!r}: unknown (known: {', '.join(METHODS)})")
+    """Raise ImportOptionError naming the option when the method description is invalid: the method
+    table's rules (benchkit.methods.check_method; a result file does not name its drafter, so
+    that is not checked), TP >= 1 and a non-empty sweep name."""
+    try:
+        check_method(method, num_speculative_tokens, tree_budget, drafter=None, names=OPTION_NAMES)
+    except MethodError as exc:
+        raise ImportOptionError(f"{OPTION_NAMES[exc.field]}: {exc.reason}") from None
     if tp < 1:
         raise ImportOptionError(f"--tp {tp}: must be >= 1")
     if not sweep_name.strip():
         raise ImportOptionError("--sweep-name is empty")
-    if method == "auto" and (num_speculative_tokens or tree_budget):
-        raise ImportOptionError("--method auto does not speculate: drop --num-speculative-tokens/--tree-budget")
-    if num_speculative_tokens is not None and num_speculative_tokens < 1:
-        raise ImportOptionError(f"--num-speculative-tokens {num_speculative_tokens}: must be >= 1")
-    if method == "ddtree" and not tree_budget:
-        raise ImportOptionError("--method ddtree needs --tree-budget B (>= 1)")
-    if tree_budget is not None and method != "ddtree":
-        raise ImportOptionError(f"--tree-budget is for --method ddtree only, not {method!r}")
 
 
 def import_result_file(path: str | Path, host: Host, sweep_name: str, method: str,
@@ -56,15 +57,16 @@ def import_result_file(path: str | Path, host: Host, sweep_name: str, method: st
     The file does not reliably say which decoding method produced it, so the caller does
     (`method`, `num_speculative_tokens`, `tree_budget`, `tp`); `engine` defaults to the tool
     that wrote the file (vllm for `vllm bench serve`, sglang for `sglang.bench_serving`). A
-    file that records speculative decoding (acceptance figures) cannot be imported as `auto`.
+    file that records speculative decoding (acceptance figures) cannot be imported as a method
+    that does not speculate (`auto`).
     Raises ImportOptionError for contradictory options and ResultFileError naming the file,
     line and field for a bad file; nothing is stored then."""
     check_import_options(method, num_speculative_tokens, tree_budget, tp, sweep_name)
     imported: list[ImportedRun] = load_result_file(path, fmt=fmt)
     for imp in imported:
-        if method == "auto" and imp.metrics.acceptance_length:
+        if not METHODS[method].speculates and imp.metrics.acceptance_length:
             raise ImportOptionError(f"{imp.origin} records speculative decoding (acceptance length "
-                                    f"{imp.metrics.acceptance_length}): pass its --method, not auto")
+                                    f"{imp.metrics.acceptance_length}): pass its --method, not {method}")
     now = timezone.now()
     with transaction.atomic():
         sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{path}",

@@ -2,7 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from benchkit.engines.catalog import LAUNCHED_ENGINES
 from benchkit.formats.common import ResultFileError
+from benchkit.methods import METHOD_NAMES
 from runs.services.hosts import HostNameError, get_or_create_host
 from runs.services.imports import ImportOptionError, import_result_file
 
@@ -15,12 +17,11 @@ class Command(BaseCommand):
         parser.add_argument("--sweep-name", required=True)
         parser.add_argument("--host", default=None)
         parser.add_argument("--method", required=True,
-                            help="decoding method that produced the file: auto, ngram, draft_model, eagle, eagle3, "
-                                 "mtp, linear, ddtree")
+                            help=f"decoding method that produced the file: {', '.join(METHOD_NAMES)}")
         parser.add_argument("--num-speculative-tokens", type=int, default=None)
         parser.add_argument("--tree-budget", type=int, default=None)
         parser.add_argument("--tp", type=int, default=1)
-        parser.add_argument("--engine", default=None, choices=["vllm", "sglang"],
+        parser.add_argument("--engine", default=None, choices=LAUNCHED_ENGINES,
                             help="default: the tool that wrote the file")
         parser.add_argument("--format", default="auto", choices=["auto", "vllm", "sglang"])
 
