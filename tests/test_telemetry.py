@@ -562,3 +562,25 @@ def test_per_process_memory_not_reported_is_said():
 def test_window_without_readings_says_so():
     c = check_gpu_window(load("clean"), END + 10**10, END + 2 * 10**10)
     assert c.verdicts == [] and c.notes == ["no GPU reading inside the window: nothing checked"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU check script, without a GPU (stand-in NVML; its CUDA phase needs the GPU machine)
+
+
+def test_gpu_check_script_runs_on_the_stand_in(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/gpu_telemetry_check.py", "--stand-in", str(FIXTURES / "foreign.json"),
+         "--rounds", "1", "--num-prompts", "8", "--output-len", "32", "--concurrency", "4", "--rate", "2000"],
+        cwd=repo, env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu_telemetry.json").read_text())
+    stream = decode_telemetry((tmp_path / "gpu_telemetry.bin").read_bytes())
+    assert report["stream"] == stream.to_dict() and [g.uuid for g in stream.gpus] == [U0, U1]
+    assert set(report["overhead"]["summary"]) == {"none", "thread", "process", "process_same_core"}
+    assert all(s["samples"] > 0 and s["failed"] == 0 for s in report["overhead"]["summary"].values())
+    assert "sampler cost (process, 10 Hz, 2 GPUs" in proc.stdout
