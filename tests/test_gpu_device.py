@@ -1,4 +1,5 @@
-"""On a real NVIDIA GPU host: inventory, CUDA-init preflight, and teardown of a real CUDA process.
+"""On a real NVIDIA GPU host: inventory, CUDA-init preflight, teardown of a real CUDA process, and
+GPU telemetry sampled from a real CUDA load (issue 12).
 
 Run on the device machine (`nvidia-h200-x2`); skipped wherever NVML finds no GPU. Needs
 PyTorch with CUDA for the memory-holding child processes.
@@ -15,6 +16,7 @@ import pytest
 
 from benchkit.hosts.allocation import choose_gpus
 from benchkit.hosts.inventory import collect_inventory
+from benchkit.hosts.nvml import load_pynvml
 from benchkit.hosts.preflight import (
     PreflightError,
     check_cuda_init,
@@ -25,6 +27,10 @@ from benchkit.hosts.preflight import (
     idle_baseline,
 )
 from benchkit.hosts.teardown import group_members, stop_process_group
+from benchkit.hosts.telemetry import Recorder, TelemetrySampler
+from benchkit.measure.efficiency import gpu_energy
+from benchkit.measure.gpu_samples import decode_telemetry
+from benchkit.measure.gpu_validity import CLOCK_EVENT_BITS, check_gpu_window
 
 
 def _nvml_gpu_count() -> int:
@@ -164,3 +170,104 @@ def test_teardown_frees_a_real_cuda_process_group(inventory, tmp_path):
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_telemetry_reads_every_field_of_every_gpu(inventory):
+    nv = load_pynvml()
+    nv.nvmlInit()
+    try:
+        rec = Recorder(nv, [g.uuid for g in inventory.gpus], hz=10)
+        rec.tick()
+        rec.tick()
+    finally:
+        nv.nvmlShutdown()
+    s = rec.stream
+    for g in s.gpus:
+        print("telemetry fields:", g.index, g.name, g.power_limit_mw, g.max_sm_mhz,
+              {f: v[-1] for f, v in g.values.items()}, "missing:", g.missing, "procs:", g.procs)
+        # every field but the energy counter exists on every GPU NVML supports (Volta+ for energy)
+        assert set(g.missing) <= {"energy_mj"}, g.missing
+        assert 0 < g.values["power_mw"][-1] / 1000 < 2000 and 0 < g.values["sm_mhz"][-1] <= g.max_sm_mhz
+        assert 0 <= g.values["util_gpu_pct"][-1] <= 100 and 0 < g.values["temp_c"][-1] < 110
+        assert g.values["clock_events"][-1] & ~sum(CLOCK_EVENT_BITS) == 0
+    print("query time per tick (ms):", [q / 1e6 for q in s.query_ns])
+
+
+LOADER = textwrap.dedent("""
+    import os, sys, time
+    import torch
+    folder = sys.argv[1]
+    open(os.path.join(folder, "imported"), "w").close()
+    while not os.path.exists(os.path.join(folder, "go")):
+        time.sleep(0.05)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        c = a @ b
+    torch.cuda.synchronize()
+    with open(os.path.join(folder, "warm.tmp"), "w") as f:
+        f.write(str(time.perf_counter_ns()))
+    os.replace(os.path.join(folder, "warm.tmp"), os.path.join(folder, "warm"))
+    end_by = time.monotonic() + 120
+    while time.monotonic() < end_by and not os.path.exists(os.path.join(folder, "stop")):
+        for _ in range(20):
+            c = a @ b
+        torch.cuda.synchronize()
+""")
+
+
+def _wait_for(path, proc, timeout_s=180):
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, f"load process exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"{path.name} not written within {timeout_s} s"
+        time.sleep(0.05)
+
+
+def test_telemetry_samples_a_real_cuda_load(inventory, tmp_path):
+    """Idle, then a bf16 matrix-multiply loop on GPU 0, sampled by the real sampler process."""
+    uuid = inventory.gpus[0].uuid
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER)
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=uuid)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True)
+    try:
+        _wait_for(tmp_path / "imported", proc)
+        with TelemetrySampler([uuid], tmp_path / "gpu.bin", hz=10, group_pgid=proc.pid) as sampler:
+            first = sampler.start()
+            time.sleep(2.0)
+            idle = (first, time.perf_counter_ns())
+            (tmp_path / "go").touch()
+            _wait_for(tmp_path / "warm", proc)
+            warm = int((tmp_path / "warm").read_text())
+            time.sleep(6.0)
+            loaded = (warm + 2_000_000_000, time.perf_counter_ns())
+            (tmp_path / "stop").touch()
+            proc.wait(60)
+            stream = sampler.stop()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert decode_telemetry((tmp_path / "gpu.bin").read_bytes()) == stream
+    g = stream.gpus[0]
+    e_idle = gpu_energy(stream, g, *idle)
+    e_load = gpu_energy(stream, g, *loaded)
+    print("idle:", e_idle)
+    print("loaded:", e_load)
+    print("tick gaps (ms):", sorted((b - a) / 1e6 for a, b in zip(stream.t_ns, stream.t_ns[1:], strict=False))[::10])
+    assert e_load.mean_power_w > e_idle.mean_power_w + 100
+    assert e_load.util_gpu_mean_pct > 50 and e_load.sm_clock_mean_mhz > 0
+    if e_load.energy_source == "counter":  # its deltas match integrated power (ENVIRONMENT.md)
+        assert e_load.energy_j == pytest.approx(e_load.integrated_energy_j, rel=0.10)
+    gaps = [b - a for a, b in zip(stream.t_ns, stream.t_ns[1:], strict=False)]
+    assert sorted(gaps)[len(gaps) // 2] == pytest.approx(100_000_000, rel=0.1)
+    listed = {pid for t, plist in g.procs for pid, _ in plist}
+    print("processes seen:", stream.processes)
+    assert proc.pid in listed and stream.processes[proc.pid].pgid == proc.pid
+    ours = check_gpu_window(stream, *loaded)
+    print("verdicts (own group):", ours.messages(), ours.clock_events_seen, ours.notes)
+    assert not [v for v in ours.verdicts if v.code == "gpu_foreign_process"]
+    other = check_gpu_window(stream, *loaded, group_pgid=1)  # as if the run were another group
+    assert [v.detail["pid"] for v in other.verdicts if v.code == "gpu_foreign_process"] == [proc.pid]

@@ -17,6 +17,7 @@ MIB = 1 << 20
 #: NVML constants (values from nvml.h), so that a stand-in NVML need not define them.
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
+NVML_TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t: the GPU die
 NVML_MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 NVML_NVLINK_MAX_LINKS = 18  # Hopper; the loop stops at the first link NVML refuses past link 0
 #: nvmlDeviceGetTopologyCommonAncestor levels -> the `topo -m` code for the same path.
