@@ -2,51 +2,199 @@
 
 from __future__ import annotations
 
+import shlex
+from collections import defaultdict
 from typing import Any
 
 from analysis import figures
-from benchkit.compare.speedups import compute_speedups, inconsistent_gpu_tps
-from benchkit.measure.metrics import LATENCY_METRICS, STAT_NAMES, SUMMARY_FIELDS
-from benchkit.methods import method_title
+from analysis.filters import Selection, SelectionError
+from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, compute_speedups, inconsistent_gpu_tps
+from benchkit.measure.metrics import LATENCY_METRICS, METRICS, STAT_NAMES
+from benchkit.methods import method_label, method_title
+from benchkit.specs import RunSpec
+from benchkit.sweeps.fragment import point_sweep_file, spec_from_stored
+from runs.models import ACTIVE_STATES, RunState
 from runs.selectors import counted_points
+
+#: Figures of the sweep page, in page order: key -> element id suffix (`fig-<key>`).
+SWEEP_FIGURES = ("speedup", "decomposition", "tp_scaling", "tradeoff")
+#: Columns of the point table data.json gives with `?points=1`.
+POINT_TABLE = ("run_id", "label", "tp", "concurrency", "output_len", "repeat_index", *figures.POINT_METRICS)
 
 
 def sweep_results(runs) -> tuple[list[dict[str, Any]], list]:
-    """(points, speedups) of a sweep's counted runs: only succeeded runs count."""
+    """(points, speedups vs auto) of a sweep's counted runs (loaded Run rows): only succeeded
+    runs count. Used by the exports."""
     points = counted_points(runs)
     return points, compute_speedups(points)
 
 
-def build_sweep(sweep, runs) -> dict[str, Any]:
-    """Points, speedups, the three sweep figures and per-run table rows for a sweep page.
+def dimension_labels(dims: list[dict[str, Any]]) -> list[str]:
+    """The configuration labels of a sweep's dimension rows (runs.selectors.sweep_dimensions),
+    in figures.config_order."""
+    pts = [{**d, "label": method_label(d["method"], d["num_speculative_tokens"], d["tree_budget"]), "drafter": ""}
+           for d in dims]
+    return figures.ordered_labels(pts)
 
-    Only succeeded runs count; every run still gets a table row (with its state), whose
-    `summary` holds the values of the schema's summary metrics (`summary_headers`), None where
-    unknown or the run does not count."""
-    points, speedups = sweep_results(runs)
-    by_point = {p["run_id"]: p for p in points}
-    sp_by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
-    rows = []
-    for r in runs:
-        sp = sp_by_run.get(r.pk)
-        m = r.metrics if r.counts else None
-        rows.append({"run": r, "metrics": m, "summary": [getattr(m, f.name) if m else None for f in SUMMARY_FIELDS],
-                     "speedup": sp.value if sp else None, "baseline": sp.baseline_run_ids if sp else [],
-                     "speedup_reason": sp.reason if sp else ""})
+
+def baseline_config(selection: Selection, dims: list[dict[str, Any]]) -> tuple[str, int | None, int | None]:
+    """The (method, k, budget) of the selection's baseline. Raises SelectionError (`baseline`)
+    when no counted run of the sweep has that configuration (an empty sweep accepts `auto`)."""
+    for d in dims:
+        cfg = (d["method"], d["num_speculative_tokens"], d["tree_budget"])
+        if method_label(*cfg) == selection.baseline:
+            return cfg
+    if selection.baseline == "auto":
+        return ("auto", None, None)
+    present = ", ".join(dimension_labels(dims)) or "none"
+    raise SelectionError("baseline", f"{selection.baseline!r} is not a configuration of this sweep's counted runs "
+                                     f"(present: {present})")
+
+
+def sweep_figures(points: list[dict[str, Any]], selection: Selection) -> tuple[dict[str, Any], list[Speedup]]:
+    """({figure key: figure dict} of SWEEP_FIGURES, speedups) for the points of a selection.
+
+    `points` may hold the baseline's and auto's runs beyond the method filter (Selection.load_kwargs);
+    speedups are computed over all of them, the figures show the selected configurations (the
+    heatmap also the baseline's row)."""
+    speedups = compute_speedups(points, selection.baseline)
+    by_run = {p["run_id"]: p for p in points}
+    shown = [p for p in points if selection.shows(p)]
+    shown_sp = [sp for sp in speedups if sp.label == selection.baseline or selection.shows(by_run[sp.run_ids[0]])]
     figs = {
-        "speedup": figures.speedup_figure(speedups, by_point),
-        "throughput": figures.throughput_figure(points),
-        "acceptance": figures.acceptance_figure(points),
+        "speedup": figures.speedup_heatmap(shown_sp, by_run, selection.baseline),
+        "decomposition": figures.decomposition_figure([p for p in points if selection.shows(p)
+                                                       or p["method"] == "auto"]),
+        "tp_scaling": figures.tp_scaling_figure(shown),
+        "tradeoff": figures.tradeoff_figure(shown),
     }
-    return {"points": points, "speedups": speedups, "rows": rows, "figures": figs,
-            "summary_headers": [f.header for f in SUMMARY_FIELDS],
-            "inconsistent_tps": inconsistent_gpu_tps(points), "n_counted": len(points)}
+    return figs, speedups
 
 
-def build_run(run) -> dict[str, Any]:
-    """Distribution figures of a run page (TTFT, ITL per token, ICL per chunk, tokens per chunk),
-    its latency statistics (one row ("TTFT (ms)", [mean, median, std, p90, p95, p99]) per latency
-    metric of the schema) and the method's title (benchkit.methods)."""
+def sweep_data(sweep, points: list[dict[str, Any]], selection: Selection, with_points: bool = False) -> dict[str, Any]:
+    """The sweep's JSON endpoint: {"sweep", "selection", "figures", "inconsistent_tps"}, plus the
+    point table {"columns": POINT_TABLE, "rows": [[...]]} of the shown runs when `with_points`."""
+    figs, _ = sweep_figures(points, selection)
+    out: dict[str, Any] = {
+        "sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo},
+        "selection": {"tp": selection.tp, "concurrency": selection.concurrency, "output_len": selection.output_len,
+                      "method": selection.method, "baseline": selection.baseline},
+        "figures": figs,
+        "inconsistent_tps": inconsistent_gpu_tps(points),
+    }
+    if with_points:
+        out["points"] = {"columns": POINT_TABLE,
+                         "rows": [[p[c] for c in POINT_TABLE] for p in points if selection.shows(p)]}
+    return out
+
+
+def headline(speedups: list[Speedup], points: list[dict[str, Any]], selection: Selection) -> dict[str, Any] | None:
+    """The answer in words, at the largest output length selected: per TP degree and concurrency
+    level the fastest configuration relative to the baseline (`best_by`: by speed), and per
+    concurrency level the fastest (configuration, TP) in output tok/s. None without points.
+
+    {"output_len", "concurrency": [c...], "rows": [{"tp", "cells": [Speedup | None per c]}],
+     "fastest": [{"concurrency", "label", "tp", "tok_s", "runs"}]}"""
+    shown = [p for p in points if selection.shows(p)]
+    if not shown:
+        return None
+    out_len = max(p["output_len"] for p in shown)
+    by_run = {p["run_id"]: p for p in points}
+    sps = [sp for sp in speedups if sp.field("output_len") == out_len and sp.label != selection.baseline
+           and selection.shows(by_run[sp.run_ids[0]])]
+    best = best_by(sps, lambda sp: (sp.field("tp"), sp.field("concurrency")))
+    concs = sorted({p["concurrency"] for p in shown if p["output_len"] == out_len})
+    tps = sorted({p["tp"] for p in shown if p["output_len"] == out_len})
+    rows = [{"tp": tp, "cells": [best.get((tp, c)) for c in concs]} for tp in tps]
+    medians: dict[tuple, list[dict]] = defaultdict(list)
+    for p in shown:
+        if p["output_len"] == out_len and p[SPEED_FIELD] is not None:
+            medians[(p["concurrency"], p["label"], p["tp"])].append(p)
+    fastest = []
+    for c in concs:
+        cands = [(sorted(q[SPEED_FIELD] for q in ps)[len(ps) // 2], lab, tp, [q["run_id"] for q in ps])
+                 for (cc, lab, tp), ps in medians.items() if cc == c]
+        if cands:
+            tok_s, lab, tp, runs = max(cands, key=lambda t: t[0])
+            fastest.append({"concurrency": c, "label": lab, "tp": tp, "tok_s": tok_s, "runs": runs})
+    return {"output_len": out_len, "concurrency": concs, "rows": rows, "fastest": fastest,
+            "baseline": selection.baseline}
+
+
+def config_table(state_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (configuration, TP) of a sweep from runs.selectors.config_state_counts rows:
+    {"label", "tp", "succeeded", "failed", "invalidated", "pending", "total"}, in config order."""
+    table: dict[tuple[str, int], dict[str, Any]] = {}
+    order: dict[str, tuple] = {}
+    for r in state_rows:
+        label = method_label(r["method"], r["num_speculative_tokens"], r["tree_budget"])
+        order.setdefault(label, figures.config_order({**r, "drafter": ""}))
+        row = table.setdefault((label, r["tp"]), {"label": label, "tp": r["tp"], "succeeded": 0, "failed": 0,
+                                                  "invalidated": 0, "pending": 0, "total": 0})
+        key = r["state"] if r["state"] in (RunState.SUCCEEDED, RunState.FAILED, RunState.INVALIDATED) else "pending"
+        row[key] += r["n"]
+        row["total"] += r["n"]
+    return sorted(table.values(), key=lambda row: (order[row["label"]], row["tp"]))
+
+
+def progress_of(state_rows: list[dict[str, Any]]) -> dict[str, int]:
+    """{"total", "finished", "active"} run counts of a sweep from its config_state_counts rows."""
+    total = sum(r["n"] for r in state_rows)
+    finished = sum(r["n"] for r in state_rows
+                   if r["state"] in (RunState.SUCCEEDED, RunState.FAILED, RunState.INVALIDATED))
+    active = sum(r["n"] for r in state_rows if r["state"] in ACTIVE_STATES)
+    return {"total": total, "finished": finished, "active": active}
+
+
+def filter_options(dims: list[dict[str, Any]], selection: Selection) -> dict[str, Any]:
+    """The sweep page's filter form: for tp, concurrency, output_len and method the values
+    present (with `checked`), and the baseline choices (every configuration label present)."""
+    labels = dimension_labels(dims)
+
+    def ints(name: str) -> list[dict[str, Any]]:
+        chosen = getattr(selection, name)
+        return [{"value": v, "checked": v in chosen} for v in sorted({d[name] for d in dims})]
+
+    return {"tp": ints("tp"), "concurrency": ints("concurrency"), "output_len": ints("output_len"),
+            "method": [{"value": lab, "checked": lab in selection.method} for lab in labels],
+            "baseline": [{"value": lab, "selected": lab == selection.baseline} for lab in labels or ["auto"]]}
+
+
+def build_sweep_page(points: list[dict[str, Any]], dims: list[dict[str, Any]], selection: Selection,
+                     state_rows: list[dict[str, Any]], failures: dict[str, int]) -> dict[str, Any]:
+    """Context of the sweep page besides its figures (which the page's script reads from the
+    JSON endpoint): the headline, the per-configuration run table, the filter form, the
+    failure summary and the GPU-consistency flag."""
+    speedups = compute_speedups(points, selection.baseline)
+    return {
+        "headline": headline(speedups, points, selection),
+        "config_rows": config_table(state_rows),
+        "progress_counts": progress_of(state_rows),
+        "filters": filter_options(dims, selection),
+        "selection": selection,
+        "failures": failures,
+        "n_counted": len(points),
+        "inconsistent_tps": inconsistent_gpu_tps(points),
+        "figure_keys": SWEEP_FIGURES,
+    }
+
+
+def run_row(run) -> dict[str, Any]:
+    """One row of the paginated run list: the run and its summary figures (None when unknown
+    or the run does not count)."""
+    m = getattr(run, "metrics", None) if run.state == RunState.SUCCEEDED else None
+    return {"run": run, "values": [getattr(m, f) if m else None for f in figures.POINT_METRICS]}
+
+
+RUN_LIST_HEADERS = [METRICS[f].header for f in figures.POINT_METRICS]
+
+
+def build_run(run, sweep_name: str) -> dict[str, Any]:
+    """Context of a run page: distribution figures (TTFT, ITL per token, ICL per chunk, tokens
+    per chunk; binned here), its latency statistics (one row ("TTFT (ms)", [mean, median, std,
+    p90, p95, p99]) per latency metric of the schema), the method's title (benchkit.methods),
+    and how to reproduce it: the sweep-file fragment of the point (None for an imported run)
+    and the exact command line with the server's environment."""
     m = getattr(run, "metrics", None)
     d = (m.distributions if m else None) or {}
     figs = {}
@@ -58,5 +206,10 @@ def build_run(run) -> dict[str, Any]:
     if m:
         for key, (label, unit) in LATENCY_METRICS.items():
             stats_rows.append((f"{label} ({unit})", [getattr(m, f"{stat}_{key}_ms") for stat in STAT_NAMES]))
+    spec: RunSpec | None = spec_from_stored(run.spec or {})
+    fragment = point_sweep_file(spec, f"{sweep_name} run {run.pk}",
+                                f"Reproduces run {run.pk} (repeat {run.repeat_index})") if spec else None
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted((run.server_env or {}).items()))
     return {"figures": figs, "stats_rows": stats_rows, "stat_names": STAT_NAMES,
-            "method_title": method_title(run.method)}
+            "method_title": method_title(run.method), "fragment": fragment,
+            "command": f"env {env} {run.command_line}" if env and run.argv else run.command_line}

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.sweep_list, name="sweep_list"),
     path("sweeps/<int:pk>/", views.sweep_detail, name="sweep_detail"),
     path("sweeps/<int:pk>/data.json", views.sweep_data, name="sweep_data"),
+    path("sweeps/<int:pk>/runs/", views.sweep_runs, name="sweep_runs"),
     path("sweeps/<int:pk>/progress.json", views.sweep_progress, name="sweep_progress"),
     path("sweeps/<int:pk>/export.<str:fmt>", views.sweep_export, name="sweep_export"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),

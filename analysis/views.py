@@ -3,13 +3,15 @@ plotly.js through `json_script`; live progress through small JSON endpoints."""
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
 from analysis import dashboard, exports, figures
+from analysis.filters import Selection, SelectionError, parse_selection
 from benchkit.hosts.topology import TopoMatrix
 from runs import selectors
-from runs.models import Host, Run, Sweep
+from runs.models import Host, Run, RunState, Sweep
 
 
 def sweep_list(request: HttpRequest) -> HttpResponse:
@@ -18,21 +20,72 @@ def sweep_list(request: HttpRequest) -> HttpResponse:
                                                         "hosts": Host.objects.order_by("name")})
 
 
+def _selection_or_400(request: HttpRequest, pk: int) -> tuple[Selection, list[dict], tuple] | HttpResponse:
+    """(selection, dimension rows, baseline config) of a sweep page request, or a 400 answer
+    naming the bad query parameter."""
+    try:
+        selection = parse_selection(request.GET)
+        dims = selectors.sweep_dimensions(pk)
+        return selection, dims, dashboard.baseline_config(selection, dims)
+    except SelectionError as exc:
+        return HttpResponseBadRequest(f"bad filter {exc}", content_type="text/plain; charset=utf-8")
+
+
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """A sweep: speedup, throughput and acceptance charts, and every run with its state."""
+    """A sweep organised by its grid's dimensions: the headline (fastest configuration per TP
+    and concurrency), filters in the URL query, four figures (read by the page's script from
+    `sweep_data` with the same query) and a per-configuration run table; every run is listed,
+    paginated, at `sweep_runs`. Loads only the columns the figures need."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
-    runs = list(selectors.sweep_runs(sweep))
-    ctx = dashboard.build_sweep(sweep, runs)
-    ctx.update(sweep=sweep, progress=selectors.sweep_progress(sweep))
+    got = _selection_or_400(request, pk)
+    if isinstance(got, HttpResponse):
+        return got
+    selection, dims, base_cfg = got
+    points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
+    ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
+                                     selectors.failure_counts(pk))
+    ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk))
     return render(request, "analysis/sweep_detail.html", ctx)
 
 
-def sweep_data(request: HttpRequest, pk: int) -> JsonResponse:
-    """The sweep page's figures and points as JSON (codespeed style: a data endpoint per chart page)."""
-    sweep = get_object_or_404(Sweep, pk=pk)
-    ctx = dashboard.build_sweep(sweep, list(selectors.sweep_runs(sweep)))
-    return JsonResponse({"sweep": sweep.pk, "figures": ctx["figures"], "points": ctx["points"],
-                         "inconsistent_tps": ctx["inconsistent_tps"]})
+def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
+    """The sweep page's figures as JSON, for the same query parameters as the page
+    (codespeed style: a data endpoint per chart page); `points=1` adds the point table."""
+    sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
+    got = _selection_or_400(request, pk)
+    if isinstance(got, HttpResponse):
+        return got
+    selection, _, base_cfg = got
+    points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
+    return JsonResponse(dashboard.sweep_data(sweep, points, selection, with_points=request.GET.get("points") == "1"))
+
+
+#: Runs per page of a sweep's run list.
+RUNS_PER_PAGE = 100
+
+
+def sweep_runs(request: HttpRequest, pk: int) -> HttpResponse:
+    """Every run of a sweep, paginated (RUNS_PER_PAGE), narrowed by the sweep page's filters and
+    `state`; each row links to its run page."""
+    sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
+    try:
+        selection = parse_selection(request.GET)
+    except SelectionError as exc:
+        return HttpResponseBadRequest(f"bad filter {exc}", content_type="text/plain; charset=utf-8")
+    state = request.GET.get("state", "")
+    if state and state not in RunState.values:
+        return HttpResponseBadRequest(f"bad filter state: {state!r} (one of {', '.join(RunState.values)})",
+                                      content_type="text/plain; charset=utf-8")
+    qs = selectors.run_list(pk, figures.POINT_METRICS, state=state, tp=selection.tp,
+                            concurrency=selection.concurrency, output_len=selection.output_len,
+                            methods=selection.names, configs=selection.configs)
+    page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    query = selection.query()
+    if state:
+        query = (query + "&" if query else "?") + f"state={state}"
+    return render(request, "analysis/sweep_runs.html", {
+        "sweep": sweep, "page": page, "rows": [dashboard.run_row(r) for r in page.object_list],
+        "headers": dashboard.RUN_LIST_HEADERS, "query": query, "state": state, "selection": selection})
 
 
 def sweep_progress(request: HttpRequest, pk: int) -> JsonResponse:
@@ -60,9 +113,10 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """One run: configuration, command line, GPUs, metrics, distributions, history, log tail."""
+    """One run: configuration, how to reproduce it (sweep-file fragment and exact command line),
+    GPUs, metrics, binned distributions, history, log tail."""
     run = get_object_or_404(Run.objects.select_related("sweep", "host", "metrics"), pk=pk)
-    ctx = dashboard.build_run(run)
+    ctx = dashboard.build_run(run, run.sweep.name)
     ctx.update(run=run, transitions=list(run.transitions.all()))
     return render(request, "analysis/run_detail.html", ctx)
 
@@ -82,6 +136,6 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
     if snap and snap.data.get("topology"):
         topo = TopoMatrix.from_dict(snap.data["topology"])
         fig = figures.topology_figure(list(topo.gpus), topo.links)
-    history = host.snapshots.only("taken_at", "fingerprint", "changed", "gpu_count", "gpu_name", "driver_version")[:50]
+    history = selectors.snapshot_history(host)
     return render(request, "analysis/host_detail.html", {"host": host, "snapshot": snap, "topology": fig,
                                                          "history": history})

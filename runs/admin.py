@@ -4,12 +4,16 @@ reason; clear a host's quarantine; enter a sweep as YAML."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from benchkit.engines.catalog import ENGINES
 from benchkit.hosts.allocation import AllocationError
 from benchkit.measure.metrics import SUMMARY_FIELDS
+from benchkit.methods import METHOD_NAMES
 from benchkit.sweeps.sweepfile import SweepError
 from runs import models
 from runs.forms import InvalidateForm, SweepYamlForm
@@ -128,17 +132,104 @@ class TransitionInline(admin.TabularInline):
     readonly_fields = ("at", "from_state", "to_state", "note")
 
 
+class FixedChoicesFilter(admin.SimpleListFilter):
+    """A list filter whose choices are fixed (no query over the runs to build them); any value
+    given in the URL still filters (exact match on `parameter_name`)."""
+
+    choices_list: tuple = ()
+
+    def lookups(self, request, model_admin):
+        return [(str(v), str(v)) for v in self.choices_list]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value in (None, ""):
+            return queryset
+        field = models.Run._meta.get_field(self.parameter_name)
+        try:
+            return queryset.filter(**{self.parameter_name: field.to_python(value)})
+        except ValidationError:
+            return queryset.none()
+
+
+class MethodFilter(FixedChoicesFilter):
+    title, parameter_name, choices_list = "method", "method", METHOD_NAMES
+
+
+class TpFilter(FixedChoicesFilter):
+    title, parameter_name, choices_list = "TP", "tp", (1, 2, 4, 8, 16)
+
+
+class ConcurrencyFilter(FixedChoicesFilter):
+    title, parameter_name, choices_list = "concurrency", "concurrency", (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class EngineFilter(FixedChoicesFilter):
+    title, parameter_name, choices_list = "engine", "engine", ENGINES
+
+
+class FailureReasonFilter(FixedChoicesFilter):
+    """Choices: the reasons among the newest RECENT failed runs (an index walk, not a scan of
+    every run); any reason still filters through the URL."""
+
+    title, parameter_name = "failure reason", "failure_reason"
+    RECENT = 500
+
+    def lookups(self, request, model_admin):
+        recent = (models.Run.objects.filter(state=models.RunState.FAILED).order_by("-id")
+                  .values_list("failure_reason", flat=True)[:self.RECENT])
+        return [(r, r) for r in sorted(set(recent)) if r]
+
+
+class SweepFilter(FixedChoicesFilter):
+    """Choices: the NEWEST sweeps; any sweep id filters through the URL (`?sweep=ID`), which is
+    how the sweep page links here."""
+
+    title, parameter_name = "sweep", "sweep"
+    NEWEST = 15
+
+    def lookups(self, request, model_admin):
+        return [(str(pk), f"{name} #{pk}") for pk, name in
+                models.Sweep.objects.order_by("-id").values_list("id", "name")[:self.NEWEST]]
+
+
+class RunChangeList(ChangeList):
+    """The run list loads only the columns it shows (no JSON column is decoded per row)."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        return super().get_queryset(request, exclude_parameters).only(*RunAdmin.LIST_COLUMNS)
+
+
 @admin.register(models.Run)
 class RunAdmin(admin.ModelAdmin):
     list_display = ("id", "sweep", "method_label", "tp", "concurrency", "output_len", "state", "failure_reason",
                     "suspect", "output_tok_s", "engine", "host", "finished_at")
-    list_filter = ("state", "failure_reason", "method", "tp", "concurrency", "engine", "host", "suspect",
-                   "is_demo_model", "sweep")
-    search_fields = ("id", "model", "drafter", "failure_message", "point_key")
+    #: Columns the list reads (RunChangeList): what list_display shows, through its joins.
+    LIST_COLUMNS = ("id", "sweep", "sweep__name", "host", "host__name", "method", "num_speculative_tokens",
+                    "tree_budget", "tp", "concurrency", "output_len", "state", "failure_reason", "suspect", "engine",
+                    "finished_at", "metrics__id", "metrics__run", "metrics__output_throughput_tok_s")
+    # Filters never scan every run to build their choices (fixed choices, the host table, the
+    # newest sweeps, recent failure reasons).
+    list_filter = ("state", FailureReasonFilter, MethodFilter, TpFilter, ConcurrencyFilter, EngineFilter, "host",
+                   "suspect", "is_demo_model", SweepFilter)
+    search_fields = ("model", "drafter", "failure_message", "^point_key")
+    search_help_text = "A run id (digits) finds that run; other text searches model, drafter, failure message."
     list_select_related = ("sweep", "host", "metrics")
+    ordering = ("-id",)  # the primary key's index: no join through the sweep's ordering
+    show_full_result_count = False
     actions = ["invalidate"]
     inlines = [TransitionInline]
     readonly_fields = [f.name for f in models.Run._meta.fields]
+
+    def get_changelist(self, request, **kwargs):
+        return RunChangeList
+
+    def get_search_results(self, request, queryset, search_term):
+        """A run id (digits only) is an exact primary-key lookup; other terms search the text fields."""
+        term = search_term.strip()
+        if term.isdigit():
+            return queryset.filter(pk=int(term)), False
+        return super().get_search_results(request, queryset, search_term)
 
     def has_add_permission(self, request):
         return False  # runs come from sweeps

@@ -1,25 +1,35 @@
-"""Speedup matching and figure builders (pure functions)."""
+"""Speedup matching and the sweep figure builders (pure functions): the figures are read back
+as data (which cell is best, which line goes down), not just built."""
 
+import numpy as np
 import pytest
 
 from analysis import figures
-from benchkit.compare.speedups import bootstrap_ratio_ci, compute_speedups, inconsistent_gpu_tps
+from benchkit.compare.speedups import (
+    best_by,
+    bootstrap_ratio_ci,
+    bootstrap_ratio_cis,
+    compute_speedups,
+    inconsistent_gpu_tps,
+)
 from benchkit.measure.metrics import WindowMetrics
+from benchkit.methods import method_label
 
 
-def point(run_id, method="auto", k=None, tps=100.0, tp=1, conc=1, gpus=("GPU-a",), repeat=0, tau=None, **kw):
+def point(run_id, method="auto", k=None, tps=100.0, tp=1, conc=1, gpus=("GPU-a",), repeat=0, tau=None, budget=None,
+          tpot=None, out_len=128, **kw):
     p = dict(run_id=run_id, engine="vllm", engine_version="0.32.0", engine_build="", model="/m", gpu_uuids=gpus,
-             tp=tp, dataset="random", input_len=32, output_len=128, concurrency=conc, request_rate=None,
-             temperature=0.0, seed=0, method=method, num_speculative_tokens=k, tree_budget=None, drafter="",
-             label=method if k is None else f"{method} k={k}", repeat_index=repeat,
+             tp=tp, dataset="random", input_len=32, output_len=out_len, concurrency=conc, request_rate=None,
+             temperature=0.0, seed=0, method=method, num_speculative_tokens=k, tree_budget=budget, drafter="",
+             label=method_label(method, k, budget), repeat_index=repeat,
              **{**WindowMetrics().to_dict(), "output_throughput_tok_s": tps, "acceptance_length": tau,
-                "mean_tokens_per_chunk": tau})
+                "mean_tokens_per_chunk": tau, "median_tpot_ms": tpot})
     p.update(kw)
     return p
 
 
 def by_label(sps):
-    return {(s.label, s.key[9]): s for s in sps}  # key[9] = concurrency
+    return {(s.label, s.field("concurrency")): s for s in sps}
 
 
 def test_speedup_divides_by_matched_auto():
@@ -31,11 +41,33 @@ def test_speedup_divides_by_matched_auto():
     assert sps[("auto", 1)].value == pytest.approx(1.0)
 
 
-def test_no_baseline_means_no_number():
-    # auto ran on other GPUs: not comparable, so no speedup is shown
+def test_no_baseline_means_no_number_and_names_the_difference():
+    # auto ran on other GPUs: not comparable, so no speedup is shown, and the reason says why
     sps = compute_speedups([point(1, gpus=("GPU-b",)), point(2, "ngram", 4, tps=120)])
     ngram = [s for s in sps if s.label == "ngram k=4"][0]
-    assert ngram.value is None and ngram.reason == "no matching auto baseline"
+    assert ngram.value is None and ngram.baseline_run_ids == []
+    assert ngram.reason == "no matching auto baseline (nearest auto run 1 differs in gpu_uuids)"
+    # the users' grid file once put auto and DDTree on different engine builds
+    sps = compute_speedups([point(1), point(2, "ddtree", budget=15, tps=650, engine_build="sglang-ddtree-pr")])
+    assert "differs in engine_build" in [s for s in sps if s.label == "b15"][0].reason
+
+
+def test_baseline_can_be_any_configuration():
+    """DDTree against linear DFlash, as the users report it (DOMAIN.md: 1.63x at TP1)."""
+    pts = [point(1, tps=28.0), point(2, "linear", tps=28.0 * 6.5 / 1.63), point(3, "ddtree", budget=15, tps=182.0),
+           point(4, tp=4, gpus=("a", "b", "c", "d"), tps=61.0)]
+    sps = {(s.label, s.field("tp")): s for s in compute_speedups(pts, baseline="linear")}
+    assert sps[("b15", 1)].value == pytest.approx(1.63) and sps[("b15", 1)].baseline == "linear"
+    assert sps[("b15", 1)].baseline_run_ids == [2]
+    assert sps[("auto", 1)].value == pytest.approx(1.63 / 6.5)
+    assert sps[("linear", 1)].value == pytest.approx(1.0)
+    assert sps[("auto", 4)].value is None and sps[("auto", 4)].reason == "no matching linear baseline"
+
+
+def test_two_configurations_with_the_baseline_label_give_no_number():
+    pts = [point(1, "linear", drafter="/d1"), point(2, "linear", drafter="/d2", tps=120), point(3, tps=50)]
+    sps = compute_speedups(pts, baseline="linear")
+    assert all(s.value is None and "ambiguous linear baseline" in s.reason for s in sps)
 
 
 def test_unknown_output_throughput_gives_no_number():
@@ -45,7 +77,9 @@ def test_unknown_output_throughput_gives_no_number():
     sps = {s.label: s for s in compute_speedups(pts)}
     assert sps["ngram k=4"].value is None and sps["ngram k=4"].reason == "output tok/s unknown"
     assert sps["linear"].value == pytest.approx(1.5) and sps["auto"].median_output_throughput == 100
-    assert sorted(t["name"] for t in figures.throughput_figure(pts)["data"]) == ["auto · TP1", "linear · TP1"]
+    pts += [point(5, tp=2, gpus=("a", "b"), tps=180), point(6, "linear", tp=2, gpus=("a", "b"), tps=250)]
+    fig = figures.tp_scaling_figure(pts)
+    assert sorted(t["name"] for t in fig["data"]) == ["auto", "linear"]  # ngram has no known tok/s
 
 
 def test_repeats_use_medians_and_ci_needs_three():
@@ -54,16 +88,43 @@ def test_repeats_use_medians_and_ci_needs_three():
     lin = [s for s in compute_speedups(pts) if s.label == "linear"][0]
     assert lin.value == pytest.approx(2.0)
     lo, hi = lin.ci95
-    assert lo <= 2.0 <= hi and lo < hi
+    assert lo <= 2.0 <= hi and lo < hi and lin.spread.startswith("95% CI")
     two = [s for s in compute_speedups(pts[:2] + pts[3:5]) if s.label == "linear"][0]
-    assert two.ci95 is None
-    (trace,) = figures.speedup_figure(compute_speedups(pts), {p["run_id"]: p for p in pts})["data"]
-    assert trace["x"] == ["auto", "linear"] and trace["error_y"]["visible"] is True
-    assert trace["error_y"]["arrayminus"][1] > 0 and "95% CI" in trace["hovertext"][1]
+    assert two.ci95 is None and two.spread == "2 repeats (median; CI needs 3)"
+    fig = figures.speedup_heatmap(compute_speedups(pts), {p["run_id"]: p for p in pts}, "auto")
+    (trace,) = fig["data"]
+    assert trace["y"] == ["auto", "linear"]
+    assert trace["text"][1][0].endswith(f"2.00×<br>{lo:.2f}–{hi:.2f}")  # the CI under the number
+    assert "95% CI" in trace["hovertext"][1][0] and trace["customdata"][1][0]["runs"] == [10, 11, 12]
+
+
+def _old_bootstrap(num, den, n_boot=2000, seed=0):
+    """The per-pair bootstrap draftboard used before (Generator.choice per side)."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(num, float), np.asarray(den, float)
+    ra = np.median(rng.choice(a, size=(n_boot, a.size)), axis=1)
+    rb = np.median(rng.choice(b, size=(n_boot, b.size)), axis=1)
+    lo, hi = np.percentile(ra / rb, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def test_batched_bootstrap_equals_the_per_pair_one():
+    rng = np.random.default_rng(7)
+    pairs = [(list(rng.uniform(1, 2, n)), list(rng.uniform(1, 2, m)))
+             for n, m in [(3, 3), (5, 4), (6, 6), (3, 3), (7, 3), (1, 4), (2, 2), (12, 9)] * 5]
+    pairs.append(([1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 3.0]))  # ties
+    assert bootstrap_ratio_cis(pairs) == [_old_bootstrap(a, b) for a, b in pairs]
 
 
 def test_bootstrap_ci_of_identical_samples_is_a_point():
     assert bootstrap_ratio_ci([2, 2, 2], [1, 1, 1]) == (2.0, 2.0)
+
+
+def test_best_ranks_by_speed_never_by_acceptance_length():
+    pts = [point(1), point(2, "ddtree", budget=15, tps=650, tau=7.4), point(3, "ddtree", budget=64, tps=450, tau=9.0)]
+    best = best_by(compute_speedups(pts), lambda s: s.field("tp"))
+    assert best[1].label == "b15"
+    assert best_by([s for s in compute_speedups(pts[1:])], lambda s: 0) == {}  # no baseline: nothing is best
 
 
 def test_inconsistent_gpus_flagged_per_tp():
@@ -71,17 +132,100 @@ def test_inconsistent_gpus_flagged_per_tp():
     assert inconsistent_gpu_tps(pts) == [1]
 
 
-def test_figures_hold_the_numbers():
-    pts = [point(1, tps=100), point(2, "draft_model", 4, tps=250, tau=2.5)]
-    sps = compute_speedups(pts)
-    fig = figures.speedup_figure(sps, {p["run_id"]: p for p in pts})
-    (trace,) = fig["data"]
-    assert trace["x"] == ["auto", "draft_model k=4"] and trace["y"] == [1.0, 2.5]
-    assert "single run" in trace["hovertext"][1] and trace["error_y"]["visible"] is False
-    thr = figures.throughput_figure(pts)
-    assert sorted(t["y"][0] for t in thr["data"]) == [100.0, 250.0]
-    acc = figures.acceptance_figure(pts)
-    assert acc["data"][0]["x"] == ["draft_model k=4"] and acc["data"][0]["y"] == [2.5]
+# --- the figures, read as data ----------------------------------------------------------------
+
+def grid_points():
+    """A small users'-grid shape: TP 1/4/8 x auto/linear/b15/b64 x concurrency 1/8."""
+    ar = {(1, 1): 28, (4, 1): 61, (8, 1): 52, (1, 8): 190, (4, 8): 440, (8, 8): 420}
+    factor = {"auto": 1.0, "linear": 4.0, "b15": 6.5, "b64": 4.5}
+    tau = {"auto": None, "linear": 4.3, "b15": 7.4, "b64": 9.0}
+    pts, i = [], 0
+    for (tp, conc), base in ar.items():
+        for lab, f in factor.items():
+            i += 1
+            method, budget = ("ddtree", int(lab[1:])) if lab.startswith("b") else (lab, None)
+            tps = base * (f if conc == 1 else 1 + (f - 1) / 2)
+            pts.append(point(i, method, budget=budget, tps=tps, tp=tp, conc=conc,
+                             gpus=tuple(f"G{g}" for g in range(tp)), tau=tau[lab], tpot=1000.0 / (tps / conc)))
+    return pts
+
+
+def cell(fig, conc, label, tp):
+    trace = next(t for t in fig["data"] if t["meta"]["concurrency"] == conc)
+    r, c = trace["y"].index(label), trace["x"].index(f"TP{tp}")
+    return trace["z"][r][c], trace["text"][r][c]
+
+
+def test_heatmap_marks_the_best_cell_of_each_tp():
+    pts = grid_points()
+    fig = figures.speedup_heatmap(compute_speedups(pts), {p["run_id"]: p for p in pts}, "auto")
+    assert len(fig["data"]) == 2  # one panel per concurrency
+    trace = fig["data"][0]
+    assert trace["y"] == ["auto", "linear", "b15", "b64"] and trace["x"] == ["TP1", "TP4", "TP8"]
+    z, text = cell(fig, 1, "b15", 1)
+    assert z == pytest.approx(6.5) and text == "★ 6.50×<br>single run"
+    assert not cell(fig, 1, "b64", 1)[1].startswith("★")
+    assert sum(t.startswith("★") for tr in fig["data"] for row in tr["text"] for t in row) == 6  # 3 TP x 2 panels
+    assert len(fig["layout"]["shapes"]) == 6
+
+
+def test_heatmap_without_any_baseline_says_why():
+    pts = [point(1, "linear"), point(2, "ddtree", budget=15)]
+    fig = figures.speedup_heatmap(compute_speedups(pts), {p["run_id"]: p for p in pts}, "auto")
+    assert "data" not in fig and "no matching auto baseline" in fig["empty"]
+
+
+def test_tp_scaling_at_concurrency_one_goes_down_from_tp4_to_tp8():
+    fig = figures.tp_scaling_figure(grid_points())
+    c1 = [t for t in fig["data"] if t["meta"]["concurrency"] == 1]
+    assert {t["name"] for t in c1} == {"auto", "linear", "b15", "b64"}
+    for t in c1:
+        y = dict(zip(t["x"], t["y"], strict=True))
+        assert y["TP4"] > y["TP8"], t["name"]
+    assert {t["meta"]["concurrency"] for t in fig["data"]} == {1, 8}
+    one_tp = figures.tp_scaling_figure([p for p in grid_points() if p["tp"] == 1])
+    assert one_tp["empty"] == "One TP degree only (TP1): nothing to scale."
+
+
+def test_decomposition_shows_tau_and_step_cost():
+    fig = figures.decomposition_figure(grid_points())
+    tp1 = [t for t in fig["data"] if t["xaxis"] == "x"]
+    tau = next(t for t in tp1 if t["name"] == "τ (server counters)")
+    assert tau["x"] == ["linear", "b15", "b64"] and tau["y"] == [4.3, 7.4, 9.0]
+    cost = next(t for t in fig["data"] if t["type"] == "bar" and t["xaxis"] == "x2")
+    # step time / AR TPOT = TPOT x tau / AR TPOT = tau / speedup at concurrency 1
+    assert cost["y"] == pytest.approx([4.3 / 4.0, 7.4 / 6.5, 9.0 / 4.5], abs=1e-3)
+    no_counters = [{**p, "acceptance_length": None} for p in grid_points()]
+    assert "no spec-decode counters" in figures.decomposition_figure(no_counters)["layout"]["title"]["text"]
+    nothing = [{**p, "acceptance_length": None, "mean_tokens_per_chunk": None} for p in grid_points()]
+    assert "no spec-decode counters and no client" in figures.decomposition_figure(nothing)["empty"].lower()
+    only_auto = [p for p in grid_points() if p["method"] == "auto"]
+    assert "only autoregressive" in figures.decomposition_figure(only_auto)["empty"]
+
+
+def test_tradeoff_draws_curves_and_the_pareto_frontier():
+    fig = figures.tradeoff_figure(grid_points())
+    b15_tp4 = next(t for t in fig["data"] if t["name"] == "b15" and t["meta"]["tp"] == 4)
+    assert b15_tp4["text"] == ["c1", "c8"]
+    assert b15_tp4["y"][0] == pytest.approx(61 * 6.5, rel=1e-3)  # per-user tok/s = 1000 / TPOT
+    front = next(t for t in fig["data"] if t["name"].startswith("Pareto"))
+    assert front["x"] == sorted(front["x"]) and front["y"] == sorted(front["y"], reverse=True)
+    one_level = figures.tradeoff_figure([p for p in grid_points() if p["concurrency"] == 1])
+    assert one_level["empty"].startswith("One concurrency level only")
+
+
+def test_pareto_frontier_keeps_only_undominated_points():
+    pts = [(1, 10, "a"), (2, 9, "b"), (2, 5, "c"), (3, 1, "d"), (0.5, 10, "e")]
+    assert [t for *_, t in figures.pareto_frontier(pts)] == ["a", "b", "d"]
+
+
+def test_histogram_is_binned_on_the_server():
+    fig = figures.distribution_figure(list(np.linspace(0, 100, 5000)), "TTFT", "ms")
+    (bars,) = fig["data"]
+    assert len(bars["y"]) == 50 and sum(bars["y"]) == 5000
+    chunks = figures.distribution_figure([1.0] * 10 + [4.0] * 30 + [5.0] * 60, "Tokens per chunk", "tokens")
+    assert chunks["data"][0]["x"] == [1.0, 2.0, 3.0, 4.0, 5.0] and chunks["data"][0]["y"] == [10, 0, 0, 30, 60]
+    assert figures.distribution_figure([], "TTFT", "ms")["empty"] == "No samples."
 
 
 def test_topology_figure_colours_links():

@@ -1,18 +1,21 @@
 """Speedup matching (MEASUREMENT.md "Comparing runs"), pure functions over point dicts.
 
-A point is one succeeded run flattened into a dict (`runs.selectors.point_from_run` does it for
-stored runs). Two points are comparable when
-they differ in the decoding method only: same engine and engine version/build, model, GPUs
-(by UUID; falling back to GPU model + TP is NOT done here: within one sweep the GPUs are
-planned per TP), TP, and workload (dataset, input and output length, concurrency, request
-rate, temperature, seed). The baseline is the `auto` point(s) of that match. Repeats are
-aggregated by their median; with >= 3 repeats on both sides a 95 % bootstrap confidence
-interval of the ratio of medians is given. No baseline -> no number (None), never a guess.
+A point is one succeeded run flattened into a dict (`runs.selectors.point_from_run` and
+`runs.selectors.figure_points` do it for stored runs). Two points are comparable when they
+differ in the decoding configuration only: same engine and engine version/build, model, GPUs
+(by UUID; falling back to GPU model + TP is NOT done here: within one sweep the GPUs are planned
+per TP), TP, and workload (dataset, input and output length, concurrency, request rate,
+temperature, seed). The baseline is the `auto` point(s) of that match, or the points of another
+configuration the caller names by its label (e.g. `linear`: DDTree against linear DFlash, as the
+users report it). Repeats are aggregated by their median; with >= 3 repeats on both sides a 95 %
+bootstrap confidence interval of the ratio of medians is given. No baseline -> no number (None)
+and a reason that names what is missing, never a guess.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +29,15 @@ CONFIG_FIELDS = ("method", "num_speculative_tokens", "tree_budget", "drafter")
 #: The figure a speedup divides (MEASUREMENT.md "Comparing runs": output tok/s ratio), a
 #: benchkit.measure.metrics.WindowMetrics field.
 SPEED_FIELD = "output_throughput_tok_s"
+#: The default baseline: autoregressive decoding (benchkit.methods: label `auto`).
+AUTO = "auto"
+#: Fields a missing baseline is looked for along when explaining why none matched (the grid's
+#: own axes); the other MATCH_FIELDS are then compared to name the difference.
+_NEAR_FIELDS = ("tp", "input_len", "output_len", "concurrency")
+#: Bootstrap resamples per confidence interval.
+N_BOOT = 2000
+#: At most this many resampled values in memory at once (8 bytes each).
+_BOOT_CHUNK = 2_000_000
 
 
 def match_key(p: dict[str, Any]) -> tuple:
@@ -40,12 +52,14 @@ def config_key(p: dict[str, Any]) -> tuple:
 
 @dataclass
 class Speedup:
-    """Speedup of one configuration over its matched `auto` baseline at one match key.
+    """Speedup of one configuration over its matched baseline at one match key.
 
-    `value` = median output tok/s of the configuration / median output tok/s of the
-    baseline (for concurrency 1 this equals the TPOT ratio up to TTFT). `ci95` is the 95 %
-    bootstrap interval (None unless both sides have >= 3 repeats). `baseline_run_ids` names
-    the runs used.
+    `value` = median output tok/s of the configuration / median output tok/s of the baseline
+    (for concurrency 1 this equals the TPOT ratio up to TTFT); None when there is no number,
+    with `reason` saying why. `ci95` is the 95 % bootstrap interval (None unless both sides have
+    >= 3 repeats). `baseline` is the baseline configuration's label (`auto` unless chosen) and
+    `baseline_run_ids` the runs used (empty when none matched). `n_repeats` counts this
+    configuration's runs at the key, `median_output_throughput` their median output tok/s.
     """
 
     label: str
@@ -58,50 +72,164 @@ class Speedup:
     run_ids: list[int]
     median_output_throughput: float | None
     reason: str = ""
+    baseline: str = AUTO
+
+    def field(self, name: str) -> Any:
+        """The value of match field `name` (one of MATCH_FIELDS) at this speedup's key."""
+        return self.key[MATCH_FIELDS.index(name)]
+
+    @property
+    def spread(self) -> str:
+        """How sure the number is, in words: `95% CI 6.31-6.70, 5 repeats`, `single run`, or
+        `2 repeats (median; CI needs 3)`."""
+        if self.ci95:
+            return f"95% CI {self.ci95[0]:.2f}-{self.ci95[1]:.2f}, {self.n_repeats} repeats"
+        return "single run" if self.n_repeats == 1 else f"{self.n_repeats} repeats (median; CI needs 3)"
 
 
-def bootstrap_ratio_ci(num: list[float], den: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval of median(num) / median(den), resampling each side."""
-    rng = np.random.default_rng(seed)
-    a, b = np.asarray(num, float), np.asarray(den, float)
-    ra = np.median(rng.choice(a, size=(n_boot, a.size)), axis=1)
-    rb = np.median(rng.choice(b, size=(n_boot, b.size)), axis=1)
-    ratios = ra / rb
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(lo), float(hi)
+def bootstrap_ratio_cis(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], n_boot: int = N_BOOT,
+                        seed: int = 0) -> list[tuple[float, float]]:
+    """95 % percentile-bootstrap interval of median(num) / median(den) for each (num, den) pair.
+
+    Each side is resampled with replacement `n_boot` times with the indices a generator seeded
+    with `seed` draws for a sample of that size (what `Generator.choice` draws), so a pair's
+    interval does not depend on the other pairs. Pairs of equal sizes share those indices and are
+    computed together (`_boot_medians`), which keeps a sweep of hundreds of cells fast. Returns
+    (lo, hi) per pair, in order.
+    """
+    out: list[tuple[float, float] | None] = [None] * len(pairs)
+    by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, (num, den) in enumerate(pairs):
+        by_shape[(len(num), len(den))].append(i)
+    for (na, nb), idx in by_shape.items():
+        rng = np.random.default_rng(seed)
+        ia = rng.integers(0, na, size=(n_boot, na))
+        ib = rng.integers(0, nb, size=(n_boot, nb))
+        step = max(1, _BOOT_CHUNK // (n_boot * max(na, nb)))  # bounds memory: pairs per numpy call
+        for start in range(0, len(idx), step):
+            chunk = idx[start:start + step]
+            ra = _boot_medians(np.asarray([pairs[i][0] for i in chunk], float), ia)
+            rb = _boot_medians(np.asarray([pairs[i][1] for i in chunk], float), ib)
+            lo, hi = np.percentile(ra / rb, [2.5, 97.5], axis=1)
+            for j, i in enumerate(chunk):
+                out[i] = (float(lo[j]), float(hi[j]))
+    return out  # type: ignore[return-value]
 
 
-def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
-    """One Speedup per (match key, configuration), `auto` included (value 1.0 against itself).
+def _boot_medians(samples: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Medians of bootstrap resamples: samples (K, n) and draws (n_boot, n) indices into each
+    sample -> (K, n_boot) medians of samples[k, draws[r]], equal to np.median of each resample.
 
-    Where a match key has no `auto` point, every configuration there gets value None and
-    reason "no matching auto baseline". Points whose output tok/s is unknown (None: an imported
-    file without it) count for nothing; a configuration with none gets value None and reason
-    "output tok/s unknown".
+    Without sorting any resample: a resample's sorted element at position p is the sample's
+    smallest order statistic j whose cumulative draw count (counting draws in rank order)
+    exceeds p; for an even n the median is the mean of positions n/2 - 1 and n/2, as np.median
+    takes it. Each step is one vector operation over all resamples of all samples.
+    """
+    k, n = samples.shape
+    counts = np.stack([(draws == i).sum(axis=1) for i in range(n)]).astype(np.int32)  # (n, n_boot)
+    order = np.argsort(samples, axis=1, kind="stable")
+    ranked = np.take_along_axis(samples, order, axis=1)  # (K, n) sorted samples
+    running = np.zeros((k, draws.shape[0]), np.int32)  # draws of ranks 0..j so far
+    upper = np.zeros_like(running)  # rank of the sorted resample's element at position n // 2
+    lower = np.zeros_like(running)  # ... at position n // 2 - 1 (even n)
+    for j in range(n):
+        running += counts[order[:, j]]
+        upper += running <= n // 2
+        lower += running <= n // 2 - 1
+    med = np.take_along_axis(ranked, upper, axis=1)
+    if n % 2 == 0:
+        med = (np.take_along_axis(ranked, lower, axis=1) + med) / 2
+    return med
+
+
+def bootstrap_ratio_ci(num: list[float], den: list[float], n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of median(num) / median(den) (see bootstrap_ratio_cis)."""
+    return bootstrap_ratio_cis([(num, den)], n_boot, seed)[0]
+
+
+def compute_speedups(points: list[dict[str, Any]], baseline: str = AUTO) -> list[Speedup]:
+    """One Speedup per (match key, configuration), the baseline included (value 1.0 against itself).
+
+    `baseline` is the label (point field `label`, benchkit.methods.method_label) of the
+    configuration every other one is divided by: `auto` by default, or any configuration present
+    (e.g. `linear`). Where a match key has no point of it, every configuration there gets value
+    None and the reason "no matching <baseline> baseline", followed, when a baseline point of the
+    same TP and workload shape exists elsewhere, by what differs (e.g. "nearest: run 7, differs in
+    engine_build"). Where two configurations at one key share the baseline's label (two drafters),
+    the baseline is ambiguous and no number is given. Points whose output tok/s is unknown (None:
+    an imported file without it) count for nothing; a configuration with none gets value None and
+    reason "output tok/s unknown".
     """
     groups: dict[tuple, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
         groups[match_key(p)][config_key(p)].append(p)
+    explain = _missing_baseline_explainer(points, baseline)
     out: list[Speedup] = []
+    ci_wanted: list[tuple[Speedup, list[float], list[float]]] = []
     for key, configs in groups.items():
-        base = [p for cfg, ps in configs.items() if cfg[0] == "auto" for p in ps]
+        base_cfgs = [cfg for cfg, ps in configs.items() if ps[0]["label"] == baseline]
+        base = configs[base_cfgs[0]] if len(base_cfgs) == 1 else []
         base_tps = [p[SPEED_FIELD] for p in base if p[SPEED_FIELD] is not None]
+        base_med = float(np.median(base_tps)) if base_tps else None
         for cfg, ps in configs.items():
             tps = [p[SPEED_FIELD] for p in ps if p[SPEED_FIELD] is not None]
             med = float(np.median(tps)) if tps else None
             sp = Speedup(label=ps[0]["label"], key=key, config=cfg, value=None, ci95=None, n_repeats=len(ps),
                          baseline_run_ids=[p["run_id"] for p in base], run_ids=[p["run_id"] for p in ps],
-                         median_output_throughput=med)
+                         median_output_throughput=med, baseline=baseline)
             if med is None:
                 sp.reason = "output tok/s unknown"
-            elif not base_tps or float(np.median(base_tps)) <= 0:
-                sp.reason = "no matching auto baseline"
+            elif len(base_cfgs) > 1:
+                sp.reason = (f"ambiguous {baseline} baseline: {len(base_cfgs)} configurations labelled "
+                             f"{baseline!r} at this point (different drafters)")
+            elif not base:
+                sp.reason = f"no matching {baseline} baseline" + explain(ps[0])
+            elif base_med is None or base_med <= 0:
+                sp.reason = f"{baseline} baseline output tok/s unknown"
             else:
-                sp.value = med / float(np.median(base_tps))
+                sp.value = med / base_med
                 if len(tps) >= 3 and len(base_tps) >= 3:
-                    sp.ci95 = bootstrap_ratio_ci(tps, base_tps)
+                    ci_wanted.append((sp, tps, base_tps))
             out.append(sp)
+    for (sp, _, _), ci in zip(ci_wanted, bootstrap_ratio_cis([(a, b) for _, a, b in ci_wanted]), strict=True):
+        sp.ci95 = ci
     return out
+
+
+def _missing_baseline_explainer(points: list[dict[str, Any]], baseline: str) -> Callable[[dict], str]:
+    """A function point -> text naming the nearest baseline point of the same TP and workload
+    shape (`_NEAR_FIELDS`) and the match fields it differs in, or "" when there is none."""
+    near: dict[tuple, list[dict]] = defaultdict(list)
+    for p in points:
+        if p["label"] == baseline:
+            near[tuple(p[f] for f in _NEAR_FIELDS)].append(p)
+
+    def explain(p: dict[str, Any]) -> str:
+        best: tuple[int, list[str], int] | None = None
+        for b in near.get(tuple(p[f] for f in _NEAR_FIELDS), []):
+            diff = [f for f in MATCH_FIELDS if b[f] != p[f]]
+            if best is None or len(diff) < len(best[1]):
+                best = (b["run_id"], diff, 0)
+        if best is None:
+            return ""
+        return f" (nearest {baseline} run {best[0]} differs in {', '.join(best[1])})"
+
+    return explain
+
+
+def best_by(speedups: Iterable[Speedup], group: Callable[[Speedup], Any]) -> dict[Any, Speedup]:
+    """The fastest configuration of each group: {group(sp): the Speedup with the highest value}.
+
+    Speedups without a number are never best. Configurations are ranked by speed, never by
+    acceptance length (MEASUREMENT.md "Comparing runs"); ties keep the first one seen."""
+    best: dict[Any, Speedup] = {}
+    for sp in speedups:
+        if sp.value is None:
+            continue
+        g = group(sp)
+        if g not in best or sp.value > best[g].value:
+            best[g] = sp
+    return best
 
 
 def inconsistent_gpu_tps(points: list[dict[str, Any]]) -> list[int]:

@@ -6,6 +6,11 @@
     var src = document.getElementById(el.dataset.figure);
     if (!src) { return; }
     var fig = JSON.parse(src.textContent);
+    if (fig.empty) {  // a figure without data says why (analysis.figures.empty)
+      el.textContent = (fig.title ? fig.title + ": " : "") + fig.empty;
+      el.className += " figure-empty empty";
+      return;
+    }
     Plotly.newPlot(el, fig.data, fig.layout, {responsive: true, displaylogo: false});
   });
   // Live progress of a running sweep: poll the JSON endpoint, reload when a run finishes.

@@ -1,0 +1,127 @@
+"""The sweep page's selection, read from the URL query so that a view can be linked.
+
+`?tp=1&tp=4&concurrency=1&output_len=1024&method=ddtree&method=linear&baseline=linear`:
+each of tp, concurrency, output_len and method may repeat (or hold comma-separated values);
+absent means all. A `method` value is a method name (`ddtree`: every budget) or a configuration
+label (`b15`, `draft_model k=4`, `auto`; benchkit.methods.parse_method_token). `baseline` is the
+label of the configuration speedups divide by (default `auto`). Bad values raise
+SelectionError naming the parameter, which the views answer with HTTP 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from benchkit.compare.speedups import AUTO
+from benchkit.methods import METHOD_NAMES, MethodError, method_label, parse_method_token
+
+#: Query parameters of the selection, in the order a link writes them.
+PARAMS = ("tp", "concurrency", "output_len", "method", "baseline")
+
+
+class SelectionError(ValueError):
+    """A query parameter of the sweep page is invalid; `param` names it."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the sweep page shows: TP degrees, concurrency levels, output lengths (each empty:
+    all), methods (names or labels as given; empty: all) and the baseline label."""
+
+    tp: tuple[int, ...] = ()
+    concurrency: tuple[int, ...] = ()
+    output_len: tuple[int, ...] = ()
+    method: tuple[str, ...] = ()
+    baseline: str = AUTO
+    #: `method` split into method names and (method, k, budget) configurations.
+    names: tuple[str, ...] = field(default=(), compare=False)
+    configs: tuple[tuple[str, int | None, int | None], ...] = field(default=(), compare=False)
+
+    def shows(self, p: dict[str, Any]) -> bool:
+        """True when point `p` passes the method filter (the other filters are applied in SQL)."""
+        if not self.method:
+            return True
+        return p["method"] in self.names or (p["method"], p["num_speculative_tokens"], p["tree_budget"]) in self.configs
+
+    def load_kwargs(self, baseline_config: tuple[str, int | None, int | None] | None) -> dict[str, Any]:
+        """Keyword filters for runs.selectors.figure_points: every filter, with the method filter
+        widened to the baseline's configuration and `auto` (speedups and step costs need them
+        even when the page does not show them)."""
+        kw: dict[str, Any] = {"tp": self.tp, "concurrency": self.concurrency, "output_len": self.output_len}
+        if self.method:
+            configs = set(self.configs)
+            if baseline_config:
+                configs.add(baseline_config)
+            kw.update(methods=tuple(set(self.names) | {AUTO}), configs=tuple(sorted(configs, key=str)))
+        return kw
+
+    def query(self, **change: Any) -> str:
+        """This selection as a URL query string (`?tp=1&...`, '' when it selects everything),
+        with the fields in `change` replaced."""
+        values = {name: getattr(self, name) for name in PARAMS} | change
+        pairs = [(name, v) for name in PARAMS if name != "baseline" for v in values[name]]
+        if values["baseline"] != AUTO:
+            pairs.append(("baseline", values["baseline"]))
+        return "?" + urlencode(pairs) if pairs else ""
+
+    @property
+    def is_filtered(self) -> bool:
+        """True when any filter (not the baseline) narrows the sweep."""
+        return bool(self.tp or self.concurrency or self.output_len or self.method)
+
+
+def _values(query: Mapping[str, Any], name: str) -> list[str]:
+    raw = query.getlist(name) if hasattr(query, "getlist") else _as_list(query.get(name))
+    return [v.strip() for item in raw for v in str(item).split(",") if v.strip()]
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _ints(query: Mapping[str, Any], name: str) -> tuple[int, ...]:
+    out = []
+    for v in _values(query, name):
+        try:
+            n = int(v)
+        except ValueError:
+            raise SelectionError(name, f"expected whole numbers, got {v!r}") from None
+        if n < 1:
+            raise SelectionError(name, f"must be >= 1, got {n}")
+        out.append(n)
+    return tuple(sorted(set(out)))
+
+
+def parse_selection(query: Mapping[str, Any]) -> Selection:
+    """Read a Selection from a URL query (a Django QueryDict or a plain mapping). Raises
+    SelectionError naming the parameter for a value that is not a number or not a method."""
+    names, configs, methods = [], [], []
+    for v in _values(query, "method"):
+        if v in METHOD_NAMES:
+            names.append(v)
+        else:
+            try:
+                choice = parse_method_token(v)
+            except MethodError as exc:
+                raise SelectionError("method", exc.reason) from None
+            configs.append((choice.method, choice.num_speculative_tokens, choice.tree_budget))
+        methods.append(v)
+    baseline = (_values(query, "baseline") or [AUTO])[0]
+    if baseline != AUTO:
+        try:
+            choice = parse_method_token(baseline)
+        except MethodError as exc:
+            raise SelectionError("baseline", exc.reason) from None
+        baseline = method_label(choice.method, choice.num_speculative_tokens, choice.tree_budget)
+    return Selection(tp=_ints(query, "tp"), concurrency=_ints(query, "concurrency"),
+                     output_len=_ints(query, "output_len"), method=tuple(dict.fromkeys(methods)), baseline=baseline,
+                     names=tuple(names), configs=tuple(configs))

@@ -1,0 +1,61 @@
+// The sweep page's figures: read from the sweep's JSON endpoint (the page's own query, so a
+// linked view shows the same selection), drawn with plotly.js; a figure without data shows the
+// reason the server gives instead of empty axes. Clicking a point opens its run.
+(function () {
+  "use strict";
+  var root = document.getElementById("sweep-figures");
+  if (!root) { return; }
+
+  function showEmpty(el, fig) {
+    el.textContent = "";
+    el.classList.add("figure-empty");
+    var h = document.createElement("h3");
+    h.textContent = fig.title || "";
+    var p = document.createElement("p");
+    p.className = "empty";
+    p.textContent = fig.empty;
+    el.appendChild(h);
+    el.appendChild(p);
+  }
+
+  function linkRuns(el) {
+    el.on("plotly_click", function (ev) {
+      var cd = ev.points && ev.points[0] && ev.points[0].customdata;
+      if (cd && cd.runs && cd.runs.length) {
+        window.location.href = root.dataset.runUrl.replace("/0/", "/" + cd.runs[0] + "/");
+      }
+    });
+  }
+
+  // Auto-submit the filter form on change (the button stays for keyboards and no-JS).
+  document.querySelectorAll("form.filters input, form.filters select").forEach(function (input) {
+    input.addEventListener("change", function () { input.form.submit(); });
+  });
+
+  fetch(root.dataset.url, {headers: {"Accept": "application/json"}})
+    .then(function (r) {
+      if (!r.ok) { throw new Error("chart data: HTTP " + r.status); }
+      return r.json();
+    })
+    .then(function (payload) {
+      var pending = [];
+      Object.keys(payload.figures).forEach(function (key) {
+        var el = document.getElementById("fig-" + key);
+        if (!el) { return; }
+        var fig = payload.figures[key];
+        if (fig.empty) { showEmpty(el, fig); return; }
+        el.textContent = "";
+        pending.push(Plotly.newPlot(el, fig.data, fig.layout, {responsive: true, displaylogo: false})
+          .then(function () { linkRuns(el); }));
+      });
+      return Promise.all(pending);
+    })
+    .then(function () { root.dataset.state = "ready"; })
+    .catch(function (err) {
+      root.dataset.state = "error";
+      var p = document.createElement("p");
+      p.className = "banner bad";
+      p.textContent = "Could not draw the figures: " + err.message;
+      root.prepend(p);
+    });
+})();
