@@ -1,17 +1,20 @@
 """Importing other tools' result files into runs, exporting runs, recomputing from logs."""
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from analysis.exports import run_export
 from runs.models import Run, RunMetrics, Sweep
 from runs.selectors import window_of
 from runs.services.imports import ImportOptionError, import_result_file
-from runs.services.recompute import recompute_run
+from runs.services.recompute import recompute_run, recompute_runs
 from tests.factories import finish_run, make_host, make_run, make_sweep
 
 pytestmark = pytest.mark.django_db
@@ -82,6 +85,53 @@ def test_recompute_keeps_the_counters_acceptance_figures():
     m = recompute_run(run)
     assert (m.acceptance_length, m.spec_num_drafts, m.per_position_acceptance_rate) == (3.0, 80.0, [0.7, 0.5, 0.3])
     assert m.spec_source == "vllm"
+
+
+def _spoil(runs):
+    RunMetrics.objects.filter(run__in=runs).update(output_throughput_tok_s=0.0, median_ttft_ms=999.0,
+                                                   distributions={})
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_recompute_command_streams_light_columns_and_can_use_processes(jobs):
+    sweep = make_sweep()
+    runs = [finish_run(make_run(sweep, "auto", concurrency=c), tokens_per_msg=1 + c % 3) for c in (1, 2, 3)]
+    before = {r.pk: (window_of(r.metrics), r.metrics.distributions) for r in runs}
+    imported = import_result_file(RESULTS / "sglang-bench-serving.jsonl", make_host(), "imported", method="ngram")
+    _spoil(runs)
+    with CaptureQueriesContext(connection) as ctx:
+        out = io.StringIO()
+        call_command("recompute_metrics", "--jobs", str(jobs), stdout=out, stderr=io.StringIO())
+    assert "recomputed 3 run(s)" in out.getvalue()
+    skipped = sorted(imported.runs.values_list("pk", flat=True))
+    assert f"skipped 2 run(s) without stored request logs (imported): {skipped}" in out.getvalue()
+    for r in runs:
+        m = RunMetrics.objects.get(run=r)
+        assert (window_of(m), m.distributions) == before[r.pk]
+    reads = [q["sql"] for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    for heavy in ("server_log_tail", "server_env", "argv", '"distributions"'):
+        assert not any(heavy in sql for sql in reads), heavy  # no run is loaded in full
+
+
+def test_recompute_computes_each_request_once(monkeypatch):
+    from benchkit.measure import metrics
+
+    run = finish_run(make_run(make_sweep()), tokens_per_msg=2)
+    calls = []
+    real = metrics._requests
+    monkeypatch.setattr(metrics, "_requests", lambda cols: calls.append(len(cols)) or real(cols))
+    assert recompute_run(run.pk) is not None
+    assert calls == [4]  # one pass over the 4 requests gives the window figures and the samples
+
+
+def test_recompute_queries_do_not_grow_per_run(django_assert_max_num_queries):
+    sweep = make_sweep()
+    for c in range(1, 7):
+        finish_run(make_run(sweep, "auto", concurrency=c))
+    ids = list(Run.objects.filter(sweep=sweep).values_list("pk", flat=True))
+    # one load per chunk of runs, one UPDATE per run (no read of the old row), a savepoint per chunk
+    with django_assert_max_num_queries(1 + len(ids) + 2):
+        assert recompute_runs(ids) == 6
 
 
 @pytest.mark.parametrize("args, message", [

@@ -16,6 +16,8 @@ import json
 import zlib
 from dataclasses import dataclass, field
 
+import numpy as np
+
 #: Message kinds. `reasoning` and `content` messages may carry output tokens; a `usage` message
 #: is the final usage-only message (empty `choices`) and carries none.
 KINDS = ("reasoning", "content", "usage")
@@ -125,11 +127,90 @@ def encode_logs(logs: list[RequestLog]) -> bytes:
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 9)
 
 
-def decode_logs(data: bytes) -> list[RequestLog]:
-    """Decode bytes written by `encode_logs` back into the identical list of RequestLog.
+@dataclass
+class LogColumns:
+    """Request logs as numpy columns: what `encode_logs` stores, with event times made absolute.
+
+    Per request (length R, in list order): `index`, `warmup`, `send_ns`, `ok`, `error` (a list of
+    str), `prompt_tokens` / `completion_tokens` (int64; meaningful where `prompt_known` /
+    `completion_known`, the server's `usage` was sent), `tokens_from_text`, `input_len`,
+    `output_len`, `end_ns`, `n_events`. Per event (length E, requests concatenated in order,
+    each request's events in arrival order): `t_ns` (int64, perf_counter_ns), `tokens` (int64)
+    and `kind` (int8 code: index into KINDS). The metrics (benchkit.measure.metrics) are computed
+    on these columns without building an object per event; `to_logs()` gives the RequestLogs.
+    """
+
+    index: np.ndarray
+    warmup: np.ndarray
+    send_ns: np.ndarray
+    ok: np.ndarray
+    error: list[str]
+    prompt_tokens: np.ndarray
+    prompt_known: np.ndarray
+    completion_tokens: np.ndarray
+    completion_known: np.ndarray
+    tokens_from_text: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    end_ns: np.ndarray
+    n_events: np.ndarray
+    t_ns: np.ndarray
+    tokens: np.ndarray
+    kind: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def to_logs(self) -> list[RequestLog]:
+        """The same logs as RequestLog objects (the inverse of `columns_of`)."""
+        t, tok, kind = self.t_ns.tolist(), self.tokens.tolist(), self.kind.tolist()
+        logs, pos = [], 0
+        for i, n in enumerate(self.n_events.tolist()):
+            events = [MessageEvent(t_ns=t[j], tokens=tok[j], kind=KINDS[kind[j]]) for j in range(pos, pos + n)]
+            pos += n
+            logs.append(RequestLog(
+                index=int(self.index[i]), warmup=bool(self.warmup[i]), send_ns=int(self.send_ns[i]), events=events,
+                ok=bool(self.ok[i]), error=self.error[i],
+                prompt_tokens=int(self.prompt_tokens[i]) if self.prompt_known[i] else None,
+                completion_tokens=int(self.completion_tokens[i]) if self.completion_known[i] else None,
+                tokens_from_text=bool(self.tokens_from_text[i]), input_len=int(self.input_len[i]),
+                output_len=int(self.output_len[i]), end_ns=int(self.end_ns[i])))
+        return logs
+
+
+def _i64(values: list) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+
+
+def _optional(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values with 0 for None, known mask) of a column that may hold None."""
+    known = np.asarray([v is not None for v in values], dtype=bool)
+    return _i64([0 if v is None else v for v in values]), known
+
+
+def columns_of(logs: list[RequestLog]) -> LogColumns:
+    """The LogColumns of `logs` (one pass over the events)."""
+    prompt, prompt_known = _optional([log.prompt_tokens for log in logs])
+    completion, completion_known = _optional([log.completion_tokens for log in logs])
+    return LogColumns(
+        index=_i64([log.index for log in logs]), warmup=np.asarray([log.warmup for log in logs], dtype=bool),
+        send_ns=_i64([log.send_ns for log in logs]), ok=np.asarray([log.ok for log in logs], dtype=bool),
+        error=[log.error for log in logs], prompt_tokens=prompt, prompt_known=prompt_known,
+        completion_tokens=completion, completion_known=completion_known,
+        tokens_from_text=np.asarray([log.tokens_from_text for log in logs], dtype=bool),
+        input_len=_i64([log.input_len for log in logs]), output_len=_i64([log.output_len for log in logs]),
+        end_ns=_i64([log.end_ns for log in logs]), n_events=_i64([len(log.events) for log in logs]),
+        t_ns=_i64([e.t_ns for log in logs for e in log.events]),
+        tokens=_i64([e.tokens for log in logs for e in log.events]),
+        kind=np.asarray([_KIND_CODE[e.kind] for log in logs for e in log.events], dtype=np.int8))
+
+
+def decode_columns(data: bytes) -> LogColumns:
+    """Decode bytes written by `encode_logs` into LogColumns (no object per event).
 
     Raises ValueError naming the problem when the bytes are not zlib data, not JSON, of an
-    unknown format version, or when a column is missing or has the wrong length.
+    unknown format version, when a column is missing or has the wrong length, or an event kind
+    code is unknown.
     """
     try:
         doc = json.loads(zlib.decompress(data).decode("utf-8"))
@@ -145,37 +226,38 @@ def decode_logs(data: bytes) -> list[RequestLog]:
     for c in _COLUMNS[:12]:
         if len(doc[c]) != n:
             raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n}")
-    n_ev = sum(doc["n_events"])
+    n_events = _i64(doc["n_events"])
+    n_ev = int(n_events.sum())
     for c in ("ev_dt_ns", "ev_tokens", "ev_kind"):
         if len(doc[c]) != n_ev:
             raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n_ev}")
-    logs: list[RequestLog] = []
-    pos = 0
-    for i in range(n):
-        send_ns = doc["send_ns"][i]
-        events = []
-        t = send_ns
-        for j in range(pos, pos + doc["n_events"][i]):
-            t += doc["ev_dt_ns"][j]
-            code = doc["ev_kind"][j]
-            if not isinstance(code, int) or not 0 <= code < len(KINDS):
-                raise ValueError(f"request logs: request {i}: bad event kind code {code!r}")
-            events.append(MessageEvent(t_ns=t, tokens=doc["ev_tokens"][j], kind=KINDS[code]))
-        pos += doc["n_events"][i]
-        logs.append(
-            RequestLog(
-                index=doc["index"][i],
-                warmup=bool(doc["warmup"][i]),
-                send_ns=send_ns,
-                events=events,
-                ok=bool(doc["ok"][i]),
-                error=doc["error"][i],
-                prompt_tokens=doc["prompt_tokens"][i],
-                completion_tokens=doc["completion_tokens"][i],
-                tokens_from_text=bool(doc["tokens_from_text"][i]),
-                input_len=doc["input_len"][i],
-                output_len=doc["output_len"][i],
-                end_ns=send_ns + doc["end_dns"][i],
-            )
-        )
-    return logs
+    kinds = np.asarray(doc["ev_kind"]) if n_ev else np.zeros(0, np.int8)
+    if kinds.dtype.kind not in "iub" or (n_ev and (kinds.min() < 0 or kinds.max() >= len(KINDS))):
+        j, code = next((j, c) for j, c in enumerate(doc["ev_kind"])
+                       if not isinstance(c, int) or not 0 <= c < len(KINDS))
+        req = int(np.searchsorted(np.cumsum(n_events), j, side="right"))
+        raise ValueError(f"request logs: request {req}: bad event kind code {code!r}")
+    send = _i64(doc["send_ns"])
+    # absolute times: each request's deltas summed from its send time (integers: exact)
+    dt = _i64(doc["ev_dt_ns"])
+    req_of = np.repeat(np.arange(n), n_events)
+    cum = np.cumsum(dt)
+    before = np.concatenate(([0], cum))[np.cumsum(n_events) - n_events]  # sum of earlier requests' deltas
+    t_ns = send[req_of] + cum - before[req_of] if n_ev else np.zeros(0, np.int64)
+    prompt, prompt_known = _optional(doc["prompt_tokens"])
+    completion, completion_known = _optional(doc["completion_tokens"])
+    return LogColumns(
+        index=_i64(doc["index"]), warmup=np.asarray(doc["warmup"], dtype=bool), send_ns=send,
+        ok=np.asarray(doc["ok"], dtype=bool), error=list(doc["error"]), prompt_tokens=prompt,
+        prompt_known=prompt_known, completion_tokens=completion, completion_known=completion_known,
+        tokens_from_text=np.asarray(doc["tokens_from_text"], dtype=bool), input_len=_i64(doc["input_len"]),
+        output_len=_i64(doc["output_len"]), end_ns=send + _i64(doc["end_dns"]), n_events=n_events, t_ns=t_ns,
+        tokens=_i64(doc["ev_tokens"]), kind=kinds.astype(np.int8))
+
+
+def decode_logs(data: bytes) -> list[RequestLog]:
+    """Decode bytes written by `encode_logs` back into the identical list of RequestLog.
+
+    Raises ValueError as `decode_columns` does.
+    """
+    return decode_columns(data).to_logs()

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.measure.logs import RequestLog
+from benchkit.measure.logs import KINDS, LogColumns, RequestLog, columns_of
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -306,62 +306,103 @@ class RequestMetrics:
         return float(np.mean(self.itl_ms)) if self.itl_ms else None
 
 
+@dataclass
+class _Requests:
+    """Per-request figures of every request of a LogColumns (arrays of length R, in list
+    order), and its token-carrying messages sorted by (request, arrival time) (length M).
+
+    `n`: output tokens (the server's count where it sent one, else the client's); `completed`:
+    ok, n >= 1 and at least one token-carrying message; `ttft_ms`, `e2el_ms` (NaN without a
+    message), `tpot_ms` (NaN for n < 2); `prompt`: the server's prompt tokens, else input_len.
+    Messages: `msg_req` (request position), `msg_t` (ns), `msg_tok`, `first` (the request's
+    first message), `gap_ms` (to the previous message of the same request; NaN for the first).
+    """
+
+    measured: np.ndarray
+    completed: np.ndarray
+    n: np.ndarray
+    n_from_server: np.ndarray
+    client_tokens: np.ndarray
+    prompt: np.ndarray
+    ttft_ms: np.ndarray
+    e2el_ms: np.ndarray
+    tpot_ms: np.ndarray
+    msg_req: np.ndarray
+    msg_t: np.ndarray
+    msg_tok: np.ndarray
+    first: np.ndarray
+    gap_ms: np.ndarray
+
+    def itl_of(self, mask: np.ndarray) -> np.ndarray:
+        """Per-token ITL samples (ms/token) of the messages in `mask` (first messages excluded):
+        each gap divided by the tokens of the later message, repeated once per token."""
+        sel = mask & ~self.first
+        return np.repeat(self.gap_ms[sel] / self.msg_tok[sel], self.msg_tok[sel])
+
+
+_TOKEN_CODES = np.asarray([KINDS.index(k) for k in _TOKEN_KINDS], dtype=np.int8)
+
+
+def _requests(c: LogColumns) -> _Requests:
+    """The definitions of "Per request" (module docstring) over all requests at once."""
+    n_req = len(c)
+    req_of = np.repeat(np.arange(n_req), c.n_events)
+    carries = np.isin(c.kind, _TOKEN_CODES) & (c.tokens > 0)
+    order = np.lexsort((c.t_ns[carries], req_of[carries]))  # stable: ties keep arrival order
+    msg_req, msg_t, msg_tok = req_of[carries][order], c.t_ns[carries][order], c.tokens[carries][order]
+    m = np.bincount(msg_req, minlength=n_req)
+    client = np.bincount(msg_req, weights=msg_tok, minlength=n_req).astype(np.int64)  # exact below 2**53
+    n = np.where(c.completion_known, c.completion_tokens, client)
+    has = m > 0
+    first_at = np.minimum(np.cumsum(m) - m, max(len(msg_t) - 1, 0))
+    last_at = np.maximum(np.cumsum(m) - 1, 0)
+    nan = np.full(n_req, np.nan)
+    ttft_ns = (msg_t[first_at] - c.send_ns) if len(msg_t) else np.zeros(n_req, np.int64)
+    e2el_ns = (msg_t[last_at] - c.send_ns) if len(msg_t) else np.zeros(n_req, np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ttft_ms = np.where(has, ttft_ns / NS_PER_MS, nan)
+        e2el_ms = np.where(has, e2el_ns / NS_PER_MS, nan)
+        tpot_ms = np.where(has & (n >= 2), (e2el_ns - ttft_ns) / NS_PER_MS / (n - 1), nan)
+    first = np.ones(len(msg_req), dtype=bool)
+    first[1:] = msg_req[1:] != msg_req[:-1]
+    gap_ms = np.full(len(msg_t), np.nan)
+    gap_ms[1:] = np.diff(msg_t) / NS_PER_MS
+    gap_ms[first] = np.nan
+    return _Requests(measured=~c.warmup, completed=c.ok & (n > 0) & has, n=n, n_from_server=c.completion_known,
+                     client_tokens=client, prompt=np.where(c.prompt_known, c.prompt_tokens, c.input_len),
+                     ttft_ms=ttft_ms, e2el_ms=e2el_ms, tpot_ms=tpot_ms, msg_req=msg_req, msg_t=msg_t, msg_tok=msg_tok,
+                     first=first, gap_ms=gap_ms)
+
+
+def _columns(logs: list[RequestLog] | LogColumns) -> LogColumns:
+    return logs if isinstance(logs, LogColumns) else columns_of(logs)
+
+
 def request_metrics(log: RequestLog) -> RequestMetrics:
     """Compute `RequestMetrics` for one request log.
 
     Token-carrying messages are the `reasoning` / `content` events with tokens >= 1, taken in
     arrival-time order (stable sort on `t_ns`); `usage` events never carry tokens. A failed
     request's `failure` is the log's `error`, or "zero output tokens" for a 2xx that produced
-    none.
+    none. (The same computation as a run's window, `_requests`, over this one request.)
     """
     prompt_tokens = log.prompt_tokens if log.prompt_tokens is not None else log.input_len
     if not log.ok:
-        return RequestMetrics(
-            index=log.index,
-            completed=False,
-            failure=log.error or "error",
-            prompt_tokens=prompt_tokens,
-            tokens_from_text=log.tokens_from_text,
-        )
-    chunks = sorted((e for e in log.events if e.kind in _TOKEN_KINDS and e.tokens > 0), key=lambda e: e.t_ns)
-    client_tokens = sum(e.tokens for e in chunks)
-    n_from_server = log.completion_tokens is not None
-    n = log.completion_tokens if n_from_server else client_tokens
-    if n <= 0 or not chunks:
-        return RequestMetrics(
-            index=log.index,
-            completed=False,
-            failure="zero output tokens",
-            n_output_tokens=n,
-            n_from_server=n_from_server,
-            prompt_tokens=prompt_tokens,
-            client_tokens=client_tokens,
-            tokens_from_text=log.tokens_from_text,
-        )
-    ttft_ns = chunks[0].t_ns - log.send_ns
-    e2el_ns = chunks[-1].t_ns - log.send_ns
-    tpot_ms = (e2el_ns - ttft_ns) / NS_PER_MS / (n - 1) if n >= 2 else None
-    icl_ms: list[float] = []
-    itl_ms: list[float] = []
-    for prev, cur in zip(chunks, chunks[1:], strict=False):
-        gap_ms = (cur.t_ns - prev.t_ns) / NS_PER_MS
-        icl_ms.append(gap_ms)
-        itl_ms.extend([gap_ms / cur.tokens] * cur.tokens)
+        return RequestMetrics(index=log.index, completed=False, failure=log.error or "error",
+                              prompt_tokens=prompt_tokens, tokens_from_text=log.tokens_from_text)
+    r = _requests(columns_of([log]))
+    n, client = int(r.n[0]), int(r.client_tokens[0])
+    if not r.completed[0]:
+        return RequestMetrics(index=log.index, completed=False, failure="zero output tokens", n_output_tokens=n,
+                              n_from_server=bool(r.n_from_server[0]), prompt_tokens=prompt_tokens,
+                              client_tokens=client, tokens_from_text=log.tokens_from_text)
+    everything = np.ones(len(r.msg_req), dtype=bool)
     return RequestMetrics(
-        index=log.index,
-        completed=True,
-        ttft_ms=ttft_ns / NS_PER_MS,
-        e2el_ms=e2el_ns / NS_PER_MS,
-        n_output_tokens=n,
-        n_from_server=n_from_server,
-        tpot_ms=tpot_ms,
-        itl_ms=itl_ms,
-        icl_ms=icl_ms,
-        tokens_per_chunk=[e.tokens for e in chunks],
-        prompt_tokens=prompt_tokens,
-        client_tokens=client_tokens,
-        tokens_from_text=log.tokens_from_text,
-    )
+        index=log.index, completed=True, ttft_ms=float(r.ttft_ms[0]), e2el_ms=float(r.e2el_ms[0]),
+        n_output_tokens=n, n_from_server=bool(r.n_from_server[0]),
+        tpot_ms=None if np.isnan(r.tpot_ms[0]) else float(r.tpot_ms[0]), itl_ms=r.itl_of(everything).tolist(),
+        icl_ms=r.gap_ms[~r.first].tolist(), tokens_per_chunk=r.msg_tok.tolist(), prompt_tokens=prompt_tokens,
+        client_tokens=client, tokens_from_text=log.tokens_from_text)
 
 
 def meets_slo(rm: RequestMetrics, slo: dict[str, float]) -> bool:
@@ -385,14 +426,15 @@ def _measured(logs: list[RequestLog]) -> list[RequestLog]:
 
 
 def compute_run_metrics(
-    logs: list[RequestLog],
+    logs: list[RequestLog] | LogColumns,
     window_start_ns: int,
     window_end_ns: int,
     slo: dict[str, float] | None = None,
 ) -> WindowMetrics:
     """Compute `WindowMetrics` for the measured window [window_start_ns, window_end_ns] (ns),
     without the speculative-decoding fields (those come from the server's counters; see
-    `WindowMetrics.with_spec_decode`).
+    `WindowMetrics.with_spec_decode`). `logs`: RequestLogs, or their columns
+    (benchkit.measure.logs.decode_columns, which builds no object per event).
 
     Warmup logs are ignored. Throughputs divide by the window length in seconds (0.0 for an
     empty window); error_rate is 0.0 for a window without measured requests. Peak output tok/s:
@@ -401,6 +443,14 @@ def compute_run_metrics(
     that second). Goodput uses `slo` (keys in SLO_KEYS, ms); None when `slo` is None or empty.
     Raises ValueError when the window ends before it starts or an SLO key is unknown.
     """
+    return measure_window(logs, window_start_ns, window_end_ns, slo, cap=None)[0]
+
+
+def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, window_end_ns: int,
+                   slo: dict[str, float] | None = None,
+                   cap: int | None = DISTRIBUTION_CAP) -> tuple[WindowMetrics, dict[str, list[float]]]:
+    """(`compute_run_metrics`, `distributions`) of the same logs, each request computed once
+    (what recompute uses). With `cap` None the distributions are not built ({} instead)."""
     if window_end_ns < window_start_ns:
         raise ValueError(f"window ends ({window_end_ns} ns) before it starts ({window_start_ns} ns)")
     if slo:
@@ -409,71 +459,108 @@ def compute_run_metrics(
             raise ValueError(
                 f"unknown SLO key(s) {', '.join(map(repr, unknown))}; expected {', '.join(SLO_KEYS)}"
             )
-    measured = _measured(logs)
-    per_request = [(log, request_metrics(log)) for log in measured]
-    done = [(log, rm) for log, rm in per_request if rm.completed]
+    cols = _columns(logs)
+    r = _requests(cols)
+    done = r.measured & r.completed
+    n_measured, n_done = int(r.measured.sum()), int(done.sum())
     duration_s = (window_end_ns - window_start_ns) / NS_PER_S
 
     def rate(x: float) -> float:
         return x / duration_s if duration_s > 0 else 0.0
 
-    total_in = sum(rm.prompt_tokens for _, rm in done)
-    total_out = sum(rm.n_output_tokens for _, rm in done)
-    buckets: dict[int, int] = {}
-    for log, _ in done:
-        for e in log.events:
-            if e.kind in _TOKEN_KINDS and e.tokens > 0:
-                b = (e.t_ns - window_start_ns) // NS_PER_S
-                buckets[b] = buckets.get(b, 0) + e.tokens
-    chunks = [t for _, rm in done for t in rm.tokens_per_chunk]
+    total_in, total_out = int(r.prompt[done].sum()), int(r.n[done].sum())
+    done_msgs = done[r.msg_req]
+    if done_msgs.any():
+        _, bucket = np.unique((r.msg_t[done_msgs] - window_start_ns) // NS_PER_S, return_inverse=True)
+        peak = float(np.bincount(bucket, weights=r.msg_tok[done_msgs]).max())
+    else:
+        peak = 0.0
+    chunks = r.msg_tok[done_msgs]
     samples = {
-        "ttft": [rm.ttft_ms for _, rm in done],
-        "tpot": [rm.tpot_ms for _, rm in done if rm.tpot_ms is not None],
-        "itl": [x for _, rm in done for x in rm.itl_ms],
-        "icl": [x for _, rm in done for x in rm.icl_ms],
-        "e2el": [rm.e2el_ms for _, rm in done],
+        "ttft": r.ttft_ms[done],
+        "tpot": r.tpot_ms[done & ~np.isnan(r.tpot_ms)],
+        "itl": r.itl_of(done_msgs),
+        "icl": r.gap_ms[done_msgs & ~r.first],
+        "e2el": r.e2el_ms[done],
     }
     stats = {f"{stat}_{metric}_ms": value for metric, values in samples.items()
              for stat, value in (latency_stats(values) or {}).items()}
-    return WindowMetrics(
-        completed=len(done),
-        failed=len(per_request) - len(done),
-        error_rate=(len(per_request) - len(done)) / len(per_request) if per_request else 0.0,
+    window = WindowMetrics(
+        completed=n_done,
+        failed=n_measured - n_done,
+        error_rate=(n_measured - n_done) / n_measured if n_measured else 0.0,
         duration_s=duration_s,
         total_input_tokens=total_in,
         total_output_tokens=total_out,
-        output_tokens_from_text=any(rm.tokens_from_text or not rm.n_from_server for _, rm in done),
-        request_throughput_req_s=rate(len(done)),
+        output_tokens_from_text=bool(np.any((cols.tokens_from_text | ~r.n_from_server)[done])),
+        request_throughput_req_s=rate(n_done),
         output_throughput_tok_s=rate(total_out),
         total_token_throughput_tok_s=rate(total_in + total_out),
-        max_output_tokens_per_s=float(max(buckets.values())) if buckets else 0.0,
-        request_goodput_req_s=rate(sum(1 for _, rm in done if meets_slo(rm, slo))) if slo else None,
-        mean_tokens_per_chunk=float(np.mean(chunks)) if chunks else None,
+        max_output_tokens_per_s=peak,
+        request_goodput_req_s=rate(_n_meeting_slo(r, done, slo)) if slo else None,
+        mean_tokens_per_chunk=float(np.mean(chunks)) if chunks.size else None,
         **stats,
     )
+    if cap is None:
+        return window, {}
+    return window, {
+        "ttft_ms": _cap(samples["ttft"], cap),
+        "itl_ms": _cap(samples["itl"], cap),
+        "icl_ms": _cap(samples["icl"], cap),
+        "tokens_per_chunk": _cap(chunks.astype(float), cap),
+    }
 
 
-def _cap(values: list[float], cap: int) -> list[float]:
+def _n_meeting_slo(r: _Requests, done: np.ndarray, slo: dict[str, float]) -> int:
+    """Completed requests meeting every bound of `slo` (meets_slo's rule: a bound on a value the
+    request does not have is met)."""
+    ok = done.copy()
+    for key, bound in slo.items():
+        if key == "itl_ms":
+            for i in np.flatnonzero(ok):
+                itl = r.itl_of(r.msg_req == i)
+                if itl.size and float(np.mean(itl)) > bound:
+                    ok[i] = False
+            continue
+        values = {"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2el_ms": r.e2el_ms}[key]
+        with np.errstate(invalid="ignore"):
+            ok &= ~(values > bound)  # NaN (no value) is not above the bound
+    return int(ok.sum())
+
+
+def _cap(values: np.ndarray, cap: int) -> list[float]:
     """At most `cap` values: when there are more, the sorted values at `cap` evenly spaced
     ranks (quantile sampling: keeps min, max and the distribution's shape; deterministic)."""
+    values = np.asarray(values, dtype=float)
     if len(values) <= cap:
-        return list(values)
-    ordered = np.sort(np.asarray(values, dtype=float))
+        return values.tolist()
+    ordered = np.sort(values)
     idx = np.linspace(0, len(ordered) - 1, cap).round().astype(int)
-    return [float(v) for v in ordered[idx]]
+    return ordered[idx].tolist()
 
 
-def distributions(logs: list[RequestLog], cap: int = DISTRIBUTION_CAP) -> dict[str, list[float]]:
+def distributions(logs: list[RequestLog] | LogColumns, cap: int = DISTRIBUTION_CAP) -> dict[str, list[float]]:
     """Per-run sample lists for the run page's histograms, over completed measured requests.
 
     Returns {"ttft_ms": [...] (one per request), "itl_ms": [...] (one per token, ms/token),
     "icl_ms": [...] (one per gap, ms), "tokens_per_chunk": [...] (one per message)}; each list
     holds at most `cap` values (quantile-sampled when longer, see `_cap`).
     """
-    done = [rm for rm in (request_metrics(log) for log in _measured(logs)) if rm.completed]
-    return {
-        "ttft_ms": _cap([rm.ttft_ms for rm in done], cap),
-        "itl_ms": _cap([x for rm in done for x in rm.itl_ms], cap),
-        "icl_ms": _cap([x for rm in done for x in rm.icl_ms], cap),
-        "tokens_per_chunk": _cap([float(t) for rm in done for t in rm.tokens_per_chunk], cap),
-    }
+    return measure_window(logs, 0, 0, None, cap=cap)[1]
+
+
+def measure_encoded(data: bytes, window_start_ns: int, window_end_ns: int, slo: dict[str, float] | None = None,
+                    cap: int = DISTRIBUTION_CAP) -> tuple[WindowMetrics, dict[str, list[float]]]:
+    """`measure_window` of an encoded log blob (benchkit.measure.logs.encode_logs), decoded into
+    columns: what recomputing a stored run costs, as one picklable call for a worker process.
+    Raises ValueError for a blob decode_columns refuses."""
+    from benchkit.measure.logs import decode_columns
+
+    return measure_window(decode_columns(data), window_start_ns, window_end_ns, slo, cap)
+
+
+def measure_encoded_batch(items: list[tuple[bytes, int, int, dict[str, float] | None]],
+                          cap: int = DISTRIBUTION_CAP) -> list[tuple[WindowMetrics, dict[str, list[float]]]]:
+    """`measure_encoded` of each (blob, window start ns, window end ns, slo), in order: one task
+    for a worker process (Django-free, so a spawned worker imports only benchkit and numpy)."""
+    return [measure_encoded(data, start, end, slo, cap) for data, start, end, slo in items]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
 from benchkit.formats.common import TOOL_DRAFTBOARD, json_safe
 from benchkit.measure.metrics import WindowMetrics
 from runs.models import Run, RunMetrics
@@ -16,7 +19,7 @@ from runs.models import Run, RunMetrics
 
 def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = None,
                   distributions: dict[str, list[float]] | None = None, source_tool: str = TOOL_DRAFTBOARD,
-                  definitions: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> RunMetrics:
+                  definitions: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> None:
     """Create or overwrite `run`'s RunMetrics row from `window` (one row per run).
 
     `spec_source`: where the acceptance figures came from (the counters' engine, or the source
@@ -25,12 +28,20 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
     file's keys without a column (non-finite floats become null, JSON has no NaN). Call it inside
     the caller's transaction when the row must change together with the run's state.
     """
-    row, _ = RunMetrics.objects.update_or_create(run=run, defaults={
+    values = {
         **window.to_dict(),
         "spec_source": (spec_source or "")[:300],
         "distributions": distributions or {},
         "source_tool": source_tool,
         "definitions": definitions or {},
         "extra": json_safe(extra or {}),
-    })
-    return row
+        "computed_at": timezone.now(),
+    }
+    # One UPDATE when the row exists (recompute: no read of the old row and its samples first);
+    # else INSERT, and UPDATE after all if another writer inserted it meanwhile.
+    if not RunMetrics.objects.filter(run_id=run.pk).update(**values):
+        try:
+            with transaction.atomic():
+                RunMetrics.objects.create(run_id=run.pk, **values)
+        except IntegrityError:
+            RunMetrics.objects.filter(run_id=run.pk).update(**values)

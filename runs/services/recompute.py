@@ -1,33 +1,116 @@
-"""Recompute stored runs' metrics from their raw request logs (a formula fix reaches old runs)."""
+"""Recompute stored runs' metrics from their raw request logs (a formula fix reaches old runs).
+
+Runs are streamed in chunks with only the columns recompute needs (the log blob and window, the
+workload's SLO, the kept counter figures); each run's requests are computed once for both the
+window figures and the run page's samples (benchkit.measure.metrics.measure_encoded), optionally
+in several worker processes; rows are written by metrics_store.store_metrics, the one writer.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
 from django.db import transaction
 
-from benchkit.measure import metrics
-from benchkit.measure.logs import decode_logs
+from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics, measure_encoded_batch
 from runs.models import Run, RunMetrics, RunState
-from runs.selectors import window_of
 from runs.services.metrics_store import store_metrics
 
+#: Runs loaded per query (bounds memory: a blob is ~0.1-0.3 MB).
+CHUNK = 20
+_SPEC_FIELDS = tuple(f.name for f in METRIC_FIELDS if f.group == "spec_decode")
+#: What recompute reads of a run: nothing else (no samples, spec, argv, log tail).
+_COLUMNS = ("id", "spec__workload__slo", "request_logs__data", "request_logs__window_start_ns",
+            "request_logs__window_end_ns", "metrics__id", "metrics__spec_source", "metrics__source_tool",
+            "metrics__definitions", "metrics__extra", *(f"metrics__{f}" for f in _SPEC_FIELDS))
 
-def recompute_run(run: Run) -> RunMetrics | None:
-    """Recompute `run`'s metrics from its stored logs and window; keeps its spec-decode figures
-    (they come from the server's counters, not from the logs) and their source.
 
-    Only succeeded runs have metrics; returns None for others or runs without stored logs.
-    Imported runs (source_tool other than draftboard) have no logs and are left as they are."""
-    if run.state != RunState.SUCCEEDED or not hasattr(run, "request_logs"):
-        return None
-    blob = run.request_logs
-    logs = decode_logs(bytes(blob.data))
-    slo = (run.spec.get("workload") or {}).get("slo") or None
-    window = metrics.compute_run_metrics(logs, blob.window_start_ns, blob.window_end_ns, slo)
-    kept = {}
-    old = getattr(run, "metrics", None)
-    if old is not None:
-        window = window.with_spec_decode(window_of(old).to_dict())
-        kept = dict(spec_source=old.spec_source, source_tool=old.source_tool, definitions=old.definitions,
-                    extra=old.extra)
+def recompute_run(run: Run | int) -> RunMetrics | None:
+    """Recompute one run's metrics from its stored logs and window; keeps its spec-decode
+    figures (they come from the server's counters, not from the logs) and their source.
+
+    Only succeeded runs with stored logs are recomputed; returns None for others (imported runs
+    have no logs and are left as they are)."""
+    pk = run if isinstance(run, int) else run.pk
+    done = recompute_runs([pk])
+    return RunMetrics.objects.get(run_id=pk) if done else None
+
+
+def recomputable(qs) -> tuple[list[int], list[int]]:
+    """(ids of the succeeded runs in `qs` that have stored logs, ids of those that have none),
+    in id order (two queries of ids only; the runs themselves are loaded in chunks later)."""
+    qs = qs.filter(state=RunState.SUCCEEDED).order_by("pk")
+    return (list(qs.filter(request_logs__isnull=False).values_list("pk", flat=True)),
+            list(qs.filter(request_logs__isnull=True).values_list("pk", flat=True)))
+
+
+def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:
+    chunk: list[int] = []
+    for pk in ids:
+        chunk.append(pk)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _load(ids: list[int]) -> list[dict[str, Any]]:
+    """The recompute columns of the succeeded runs among `ids` that have logs (one query)."""
+    return list(Run.objects.filter(pk__in=ids, state=RunState.SUCCEEDED, request_logs__isnull=False)
+                .order_by("pk").values(*_COLUMNS))
+
+
+def _items(rows: list[dict[str, Any]]) -> list[tuple[bytes, int, int, dict | None]]:
+    """The pure part's input per row (measure_encoded_batch): blob, window, SLO."""
+    return [(bytes(row["request_logs__data"]), row["request_logs__window_start_ns"],
+             row["request_logs__window_end_ns"], row["spec__workload__slo"] or None) for row in rows]
+
+
+def _store(rows: list[dict[str, Any]], results: list[tuple[WindowMetrics, dict]]) -> int:
+    """Write the recomputed figures of `rows`, keeping each row's counter figures and sources."""
     with transaction.atomic():
-        return store_metrics(run, window, distributions=metrics.distributions(logs), **kept)
+        for row, (window, samples) in zip(rows, results, strict=True):
+            kept: dict[str, Any] = {}
+            if row["metrics__id"] is not None:
+                window = window.with_spec_decode({f: row[f"metrics__{f}"] for f in _SPEC_FIELDS})
+                kept = dict(spec_source=row["metrics__spec_source"], source_tool=row["metrics__source_tool"],
+                            definitions=row["metrics__definitions"], extra=row["metrics__extra"])
+            store_metrics(Run(pk=row["id"]), window, distributions=samples, **kept)
+    return len(results)
+
+
+def recompute_runs(ids: Iterable[int], jobs: int = 1, progress: Callable[[int], None] | None = None) -> int:
+    """Recompute the succeeded runs with logs among `ids` (others are passed over) and return how
+    many were recomputed. Loads CHUNK runs per query; with `jobs` > 1 the metrics are computed in
+    that many worker processes (spawned: no database state is shared), at most 2 x jobs chunks in
+    flight, while this process reads and writes the database. `progress(n)` is called after
+    each chunk with the runs it held."""
+    chunks = (_load(c) for c in _chunks(ids, CHUNK))
+    done = 0
+    if jobs <= 1:
+        for rows in chunks:
+            done += _finish(rows, measure_encoded_batch(_items(rows)), progress)
+        return done
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending: deque[tuple[list[dict], Future]] = deque()
+        for rows in chunks:
+            pending.append((rows, pool.submit(measure_encoded_batch, _items(rows))))
+            while len(pending) >= 2 * jobs:
+                rows_done, future = pending.popleft()
+                done += _finish(rows_done, future.result(), progress)
+        while pending:
+            rows_done, future = pending.popleft()
+            done += _finish(rows_done, future.result(), progress)
+    return done
+
+
+def _finish(rows: list[dict[str, Any]], results: list, progress: Callable[[int], None] | None) -> int:
+    n = _store(rows, results)
+    if progress:
+        progress(n)
+    return n

@@ -1,0 +1,78 @@
+"""The column (numpy) implementation of the metrics and log decoding gives exactly the figures
+of the pure-Python reference it replaced (tests/metrics_reference.py, commit 74508a7), on
+arbitrary logs: out-of-order and tied arrivals, usage-only and empty messages, reasoning,
+failed requests, missing server counts, warmup, any window and SLO."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchkit.measure import metrics
+from benchkit.measure.logs import KINDS, MessageEvent, RequestLog, columns_of, decode_columns, decode_logs, encode_logs
+from tests import metrics_reference as ref
+
+MS = 1_000_000
+
+
+@st.composite
+def request_logs(draw) -> list[RequestLog]:
+    logs = []
+    for i in range(draw(st.integers(0, 6))):
+        send = draw(st.integers(0, 50)) * MS * 10
+        n_events = draw(st.integers(0, 12))
+        times = sorted(draw(st.lists(st.integers(0, 400), min_size=n_events, max_size=n_events)))
+        if draw(st.booleans()):  # arrivals out of order (sorted by the metrics)
+            times = draw(st.permutations(times))
+        events = [MessageEvent(t_ns=send + t * MS // 4, tokens=draw(st.integers(0, 5)),
+                               kind=draw(st.sampled_from(KINDS))) for t in times]
+        ok = draw(st.booleans()) or draw(st.booleans())
+        logs.append(RequestLog(
+            index=i, warmup=draw(st.booleans()) and draw(st.booleans()), send_ns=send, events=events, ok=ok,
+            error="" if ok else draw(st.sampled_from(["", "http 500: boom", "timeout after 1.0 s"])),
+            prompt_tokens=draw(st.none() | st.integers(0, 64)), completion_tokens=draw(st.none() | st.integers(0, 40)),
+            tokens_from_text=draw(st.booleans()), input_len=32, output_len=16,
+            end_ns=send + draw(st.integers(0, 200)) * MS))
+    return logs
+
+
+slos = st.none() | st.dictionaries(st.sampled_from(metrics.SLO_KEYS), st.floats(0.5, 200.0), max_size=4)
+
+
+def same(a, b) -> bool:
+    """Equal, NaN equal to NaN (dataclasses compare fields)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs=request_logs(), start_ms=st.integers(0, 400), length_ms=st.integers(0, 900), slo=slos)
+def test_window_metrics_equal_the_reference(logs, start_ms, length_ms, slo):
+    start, end = start_ms * MS, (start_ms + length_ms) * MS
+    want = ref.compute_run_metrics(logs, start, end, slo)
+    assert metrics.compute_run_metrics(logs, start, end, slo) == want
+    window, dist = metrics.measure_window(decode_columns(encode_logs(logs)), start, end, slo)
+    assert window == want
+    assert dist == ref.distributions(logs) == metrics.distributions(logs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs=request_logs())
+def test_request_metrics_and_decoding_equal_the_reference(logs):
+    for log in logs:
+        got, want = metrics.request_metrics(log), ref.request_metrics(log)
+        assert all(same(getattr(got, f), getattr(want, f)) for f in want.__dataclass_fields__), (got, want)
+    blob = encode_logs(logs)
+    assert decode_logs(blob) == ref.decode_logs(blob) == logs
+    assert columns_of(logs).to_logs() == logs
+
+
+def test_small_distributions_are_capped_like_the_reference():
+    logs = [RequestLog(index=i, warmup=False, send_ns=0, events=[MessageEvent(t_ns=(j + 1) * MS * (i + 1), tokens=1)
+                                                                  for j in range(40)], completion_tokens=40)
+            for i in range(3)]
+    assert metrics.distributions(logs, cap=7) == ref.distributions(logs, cap=7)
+    assert len(metrics.distributions(logs, cap=7)["itl_ms"]) == 7
