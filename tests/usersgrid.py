@@ -123,12 +123,15 @@ def _finish(run: Run, spec: RunSpec) -> Run:
     return store_outcome(run, outcome)
 
 
-def make_users_grid(host_name: str = "ws-pcie8") -> Sweep:
-    """The users' grid, every run succeeded with the figures above (36 runs)."""
+def make_users_grid(host_name: str = "ws-pcie8", repeats: int = 1) -> Sweep:
+    """The users' grid, every run succeeded with the figures above (36 runs x `repeats`; the
+    repeats of a point measure the same figures)."""
     host = make_host(host_name)
     if not host.snapshots.exists():
         record_inventory(host, pcie8_inventory())
-    sweep = create_sweep(load_sweep_file(SWEEP_FILE), host, source=str(SWEEP_FILE), enqueue=False)
+    spec = load_sweep_file(SWEEP_FILE)
+    spec.repeats = repeats
+    sweep = create_sweep(spec, host, source=str(SWEEP_FILE), enqueue=False)
     for run in Run.objects.filter(sweep=sweep).order_by("id"):
         _finish(run, RunSpec.from_dict(run.spec))
     return sweep
