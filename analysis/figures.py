@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, match_key
+from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, match_key, median
 from benchkit.methods import METHOD_NAMES
 
 #: WindowMetrics fields the sweep figures read (runs.selectors.figure_points loads only these).
@@ -90,7 +90,7 @@ def _num(x: float | None, digits: int = 4) -> float | None:
 
 def _median(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
-    return float(np.median(vals)) if vals else None
+    return median(vals) if vals else None
 
 
 def _fmt(x: float | None, spec: str = ".1f", unknown: str = "unknown") -> str:

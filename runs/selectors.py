@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.functions import Cast
 
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
@@ -79,12 +81,21 @@ def figure_points(sweep_id: int, metric_fields: Sequence[str], **selection: Any)
         if f not in METRICS:
             raise KeyError(f"not a WindowMetrics field: {f!r}")
     qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by(*GRID_ORDER)
-    rows = qs.values(*_POINT_COLUMNS, *(f"metrics__{f}" for f in metric_fields))
+    # the GPU list as its stored text, decoded once per distinct value (a sweep has a few)
+    rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values(
+        *(c for c in _POINT_COLUMNS if c != "gpus"), "gpus_text", *(f"metrics__{f}" for f in metric_fields))
+    uuids: dict[str | None, tuple[str, ...]] = {}
+    labels: dict[tuple, str] = {}
     points = []
     for r in rows:
+        text = r.pop("gpus_text")
+        if text not in uuids:
+            uuids[text] = tuple(g.get("uuid", "") for g in (json.loads(text) if text else None) or [])
+        cfg = (r["method"], r["num_speculative_tokens"], r["tree_budget"])
+        if cfg not in labels:
+            labels[cfg] = method_label(*cfg)
         p = {k: r[k] for k in _POINT_COLUMNS if k not in ("id", "gpus")}
-        p.update(run_id=r["id"], gpu_uuids=tuple(g.get("uuid", "") for g in r["gpus"] or []),
-                 label=method_label(r["method"], r["num_speculative_tokens"], r["tree_budget"]),
+        p.update(run_id=r["id"], gpu_uuids=uuids[text], label=labels[cfg],
                  **{f: r[f"metrics__{f}"] for f in metric_fields})
         points.append(p)
     return points

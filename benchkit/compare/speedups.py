@@ -36,8 +36,14 @@ AUTO = "auto"
 _NEAR_FIELDS = ("tp", "input_len", "output_len", "concurrency")
 #: Bootstrap resamples per confidence interval.
 N_BOOT = 2000
-#: At most this many resampled values in memory at once (8 bytes each).
-_BOOT_CHUNK = 2_000_000
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of a non-empty sequence, as np.median computes it (the mean of the two middle
+    values for an even length), without numpy's per-call overhead (a sweep takes thousands)."""
+    s = sorted(values)
+    n = len(s)
+    return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def match_key(p: dict[str, Any]) -> tuple:
@@ -91,11 +97,13 @@ def bootstrap_ratio_cis(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]
                         seed: int = 0) -> list[tuple[float, float]]:
     """95 % percentile-bootstrap interval of median(num) / median(den) for each (num, den) pair.
 
-    Each side is resampled with replacement `n_boot` times with the indices a generator seeded
-    with `seed` draws for a sample of that size (what `Generator.choice` draws), so a pair's
-    interval does not depend on the other pairs. Pairs of equal sizes share those indices and are
-    computed together (`_boot_medians`), which keeps a sweep of hundreds of cells fast. Returns
-    (lo, hi) per pair, in order.
+    Each side is resampled with replacement `n_boot` times: n indices drawn uniformly with
+    replacement, from a generator seeded with `seed`, into the side's values sorted ascending
+    (a fixed relabelling of a sample leaves uniform draws uniform, so this is the ordinary
+    bootstrap). A pair's interval therefore depends only on its own values and sizes; pairs of
+    equal sizes share the draws, and then each resample's median is one order statistic (two
+    for an even size) that is found once for all of them (`_median_ranks`): a sweep of hundreds
+    of cells costs a few vector operations. Returns (lo, hi) per pair, in order.
     """
     out: list[tuple[float, float] | None] = [None] * len(pairs)
     by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -103,43 +111,31 @@ def bootstrap_ratio_cis(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]
         by_shape[(len(num), len(den))].append(i)
     for (na, nb), idx in by_shape.items():
         rng = np.random.default_rng(seed)
-        ia = rng.integers(0, na, size=(n_boot, na))
-        ib = rng.integers(0, nb, size=(n_boot, nb))
-        step = max(1, _BOOT_CHUNK // (n_boot * max(na, nb)))  # bounds memory: pairs per numpy call
-        for start in range(0, len(idx), step):
-            chunk = idx[start:start + step]
-            ra = _boot_medians(np.asarray([pairs[i][0] for i in chunk], float), ia)
-            rb = _boot_medians(np.asarray([pairs[i][1] for i in chunk], float), ib)
-            lo, hi = np.percentile(ra / rb, [2.5, 97.5], axis=1)
-            for j, i in enumerate(chunk):
-                out[i] = (float(lo[j]), float(hi[j]))
+        ranks_a = _median_ranks(rng.integers(0, na, size=(n_boot, na)))
+        ranks_b = _median_ranks(rng.integers(0, nb, size=(n_boot, nb)))
+        a = np.sort(np.asarray([pairs[i][0] for i in idx], float), axis=1)
+        b = np.sort(np.asarray([pairs[i][1] for i in idx], float), axis=1)
+        ratios = _medians(a, ranks_a) / _medians(b, ranks_b)  # (pairs, n_boot)
+        lo, hi = np.percentile(ratios, [2.5, 97.5], axis=1)
+        for j, i in enumerate(idx):
+            out[i] = (float(lo[j]), float(hi[j]))
     return out  # type: ignore[return-value]
 
 
-def _boot_medians(samples: np.ndarray, draws: np.ndarray) -> np.ndarray:
-    """Medians of bootstrap resamples: samples (K, n) and draws (n_boot, n) indices into each
-    sample -> (K, n_boot) medians of samples[k, draws[r]], equal to np.median of each resample.
+def _median_ranks(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For resamples of a sorted sample (draws: (n_boot, n) indices = ranks), the ranks of each
+    resample's lower and upper middle element ((n_boot,) each; equal for an odd n): sorting the
+    drawn ranks puts them at positions (n - 1) // 2 and n // 2."""
+    s = np.sort(draws, axis=1)
+    n = draws.shape[1]
+    return s[:, (n - 1) // 2], s[:, n // 2]
 
-    Without sorting any resample: a resample's sorted element at position p is the sample's
-    smallest order statistic j whose cumulative draw count (counting draws in rank order)
-    exceeds p; for an even n the median is the mean of positions n/2 - 1 and n/2, as np.median
-    takes it. Each step is one vector operation over all resamples of all samples.
-    """
-    k, n = samples.shape
-    counts = np.stack([(draws == i).sum(axis=1) for i in range(n)]).astype(np.int32)  # (n, n_boot)
-    order = np.argsort(samples, axis=1, kind="stable")
-    ranked = np.take_along_axis(samples, order, axis=1)  # (K, n) sorted samples
-    running = np.zeros((k, draws.shape[0]), np.int32)  # draws of ranks 0..j so far
-    upper = np.zeros_like(running)  # rank of the sorted resample's element at position n // 2
-    lower = np.zeros_like(running)  # ... at position n // 2 - 1 (even n)
-    for j in range(n):
-        running += counts[order[:, j]]
-        upper += running <= n // 2
-        lower += running <= n // 2 - 1
-    med = np.take_along_axis(ranked, upper, axis=1)
-    if n % 2 == 0:
-        med = (np.take_along_axis(ranked, lower, axis=1) + med) / 2
-    return med
+
+def _medians(ranked: np.ndarray, ranks: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """(K, n_boot) medians of the resamples of K sorted samples (K, n), as np.median takes them:
+    the middle value, or the mean of the two middle values for an even n."""
+    lower, upper = ranked[:, ranks[0]], ranked[:, ranks[1]]
+    return upper if ranked.shape[1] % 2 else (lower + upper) / 2
 
 
 def bootstrap_ratio_ci(num: list[float], den: list[float], n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float]:
@@ -170,10 +166,10 @@ def compute_speedups(points: list[dict[str, Any]], baseline: str = AUTO) -> list
         base_cfgs = [cfg for cfg, ps in configs.items() if ps[0]["label"] == baseline]
         base = configs[base_cfgs[0]] if len(base_cfgs) == 1 else []
         base_tps = [p[SPEED_FIELD] for p in base if p[SPEED_FIELD] is not None]
-        base_med = float(np.median(base_tps)) if base_tps else None
+        base_med = median(base_tps) if base_tps else None
         for cfg, ps in configs.items():
             tps = [p[SPEED_FIELD] for p in ps if p[SPEED_FIELD] is not None]
-            med = float(np.median(tps)) if tps else None
+            med = median(tps) if tps else None
             sp = Speedup(label=ps[0]["label"], key=key, config=cfg, value=None, ci95=None, n_repeats=len(ps),
                          baseline_run_ids=[p["run_id"] for p in base], run_ids=[p["run_id"] for p in ps],
                          median_output_throughput=med, baseline=baseline)
