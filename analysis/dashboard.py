@@ -121,20 +121,44 @@ def headline(speedups: list[Speedup], points: list[dict[str, Any]], selection: S
             "baseline": selection.baseline}
 
 
-def config_table(state_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (configuration, TP) of a sweep from runs.selectors.config_state_counts rows:
-    {"label", "tp", "succeeded", "failed", "invalidated", "pending", "total"}, in config order."""
-    table: dict[tuple[str, int], dict[str, Any]] = {}
-    order: dict[str, tuple] = {}
+def config_table(state_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep's runs per configuration (rows, in config order) and TP degree (columns), from
+    runs.selectors.config_state_counts rows: {"tps": [tp...], "rows": [{"label", "title",
+    "cells": [{"tp", "succeeded", "failed", "invalidated", "pending", "total"} | None per tp]}]}."""
+    cells: dict[tuple[str, int], dict[str, Any]] = {}
+    first: dict[str, dict] = {}
     for r in state_rows:
         label = method_label(r["method"], r["num_speculative_tokens"], r["tree_budget"])
-        order.setdefault(label, figures.config_order({**r, "drafter": ""}))
-        row = table.setdefault((label, r["tp"]), {"label": label, "tp": r["tp"], "succeeded": 0, "failed": 0,
-                                                  "invalidated": 0, "pending": 0, "total": 0})
+        first.setdefault(label, {**r, "drafter": ""})
+        cell = cells.setdefault((label, r["tp"]), {"tp": r["tp"], "succeeded": 0, "failed": 0, "invalidated": 0,
+                                                   "pending": 0, "total": 0})
         key = r["state"] if r["state"] in (RunState.SUCCEEDED, RunState.FAILED, RunState.INVALIDATED) else "pending"
-        row[key] += r["n"]
-        row["total"] += r["n"]
-    return sorted(table.values(), key=lambda row: (order[row["label"]], row["tp"]))
+        cell[key] += r["n"]
+        cell["total"] += r["n"]
+    tps = sorted({tp for _, tp in cells})
+    labels = sorted(first, key=lambda lab: figures.config_order(first[lab]))
+    return {"tps": tps, "rows": [{"label": lab, "title": method_title(first[lab]["method"]),
+                                  "cells": [cells.get((lab, tp)) for tp in tps]} for lab in labels]}
+
+
+def config_legend(dims: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(label, what it means) per configuration family present, e.g. ("b15, b16", "DDTree with
+    that tree budget"), for readers who do not know the users' labels (benchkit.methods)."""
+    seen: dict[str, list[str]] = {}
+    for lab, d in sorted(((method_label(d["method"], d["num_speculative_tokens"], d["tree_budget"]), d) for d in dims),
+                         key=lambda t: figures.config_order({**t[1], "drafter": ""})):
+        seen.setdefault(d["method"], [])
+        if lab not in seen[d["method"]]:
+            seen[d["method"]].append(lab)
+    out = []
+    for method, labels in seen.items():
+        what = method_title(method)
+        if method == "ddtree":
+            what += " with that tree budget (draft nodes per step)"
+        elif any(" k=" in lab for lab in labels):
+            what += ", k draft tokens per step"
+        out.append((", ".join(labels), what))
+    return out
 
 
 def progress_of(state_rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -168,7 +192,8 @@ def build_sweep_page(points: list[dict[str, Any]], dims: list[dict[str, Any]], s
     speedups = compute_speedups(points, selection.baseline)
     return {
         "headline": headline(speedups, points, selection),
-        "config_rows": config_table(state_rows),
+        "config_table": config_table(state_rows),
+        "legend": config_legend(dims),
         "progress_counts": progress_of(state_rows),
         "filters": filter_options(dims, selection),
         "selection": selection,

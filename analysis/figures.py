@@ -150,11 +150,16 @@ def _diverging_at_one(lo: float, hi: float) -> dict[str, Any]:
     return {"cmin": lo, "cmax": hi, "colorscale": [[0.0, "#b2182b"], [at_one, "#f7f7f7"], [1.0, "#2166ac"]]}
 
 
-def _layout(title: str, height: int, top: int = 90, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title, "x": 0.01, "xanchor": "left", "y": 0.99, "yref": "container",
-                      "yanchor": "top"},
-            "height": height, "font": _FONT, "margin": {"l": 70, "r": 20, "t": top, "b": 50},
+def _layout(height: int, top: int = 40, **extra: Any) -> dict[str, Any]:
+    return {"height": height, "font": _FONT, "margin": {"l": 70, "r": 20, "t": top, "b": 50},
             "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff", "hoverlabel": {"align": "left"}, **extra}
+
+
+def _figure(data: list[dict], layout: dict[str, Any], title: str, caption: str = "") -> dict[str, Any]:
+    """A drawn figure: plotly.js `data` and `layout`, and the `title` and `caption` the page
+    prints above it as text (HTML headings wrap and stay readable where a plot title would
+    be clipped)."""
+    return {"data": data, "layout": layout, "title": title, "caption": caption}
 
 
 def _selection_note(points: list[dict[str, Any]], field: str, chosen: Any, what: str) -> str:
@@ -181,7 +186,7 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
     the runs and the baseline runs used. customdata per cell: {"runs": [ids]}. Each trace's
     `meta` holds its panel: {"concurrency", "output_len"}.
     """
-    title = f"Speedup vs {baseline}: ★ = fastest configuration of each TP"
+    title = f"Speedup vs {baseline} per configuration and TP degree (★ = fastest of each TP)"
     subtitle = (f"cell = output tok/s ÷ that of the matched {baseline} run (same engine build, model, GPUs, TP and "
                 "workload); 95% CI over repeats, else 'single run'")
     with_number = [sp for sp in speedups if sp.value is not None]
@@ -204,8 +209,8 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
     best = best_by(cells.values(), lambda sp: (sp.field("concurrency"), sp.field("output_len"), sp.field("tp")))
     n_cols = min(len(panels), 4)
     n_rows = math.ceil(len(panels) / n_cols)
-    height = 150 + n_rows * (80 + 34 * len(labels))
-    layout, refs = _grid(n_rows, n_cols, hgap=0.04, vgap=min(0.3, 75 / (height - 130)))
+    height = 90 + n_rows * (80 + 34 * len(labels))
+    layout, refs = _grid(n_rows, n_cols, hgap=0.04, vgap=min(0.3, 75 / (height - 120)))
     x = [f"TP{tp}" for tp in tps]
     data, annotations, shapes = [], [], []
     for i, (conc, out_len) in enumerate(panels):
@@ -251,11 +256,11 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
         annotations.append(_panel_title(f"concurrency {conc}" + (f" · {out_len} output tokens" if several_len else ""),
                                         xref, yref, layout, yshift=22))
     values = [sp.value for sp in with_number]
-    return {"data": data, "layout": _layout(
-        f"{title}<br><sup>{subtitle}</sup>", height, top=120, annotations=annotations, shapes=shapes,
+    return _figure(data, _layout(
+        height, top=70, annotations=annotations, shapes=shapes,
         coloraxis={**_diverging_at_one(min(values), max(values)),
                    "colorbar": {"title": {"text": f"× vs {baseline}"}, "thickness": 12, "len": 0.8}},
-        **layout)}
+        **layout), title, subtitle)
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,7 +283,7 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     acceptance length from either source; notes inside the figure say when the counters are
     missing (client figure only) or no auto run matches (no relative cost).
     """
-    title = "Speedup decomposition: acceptance length τ and the relative cost of one decoding step"
+    title = "Why a configuration wins: acceptance length τ against the cost of one decoding step"
     if not points:
         return empty(title, "No counted runs in this selection.")
     conc = min(p["concurrency"] for p in points)
@@ -299,7 +304,7 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     labels = ordered_labels(spec)
     colours = config_colours(points)
     layout, refs = _grid(len(tps), 2, hgap=0.1, vgap=0.14 if len(tps) > 1 else 0.1)
-    data, annotations = [], []
+    data, annotations, verdicts = [], [], []
     any_counters = any(p.get("acceptance_length") is not None for p in spec)
     any_ar = False
     for r, tp in enumerate(tps):
@@ -335,6 +340,7 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
             hover.append(f"{lab} · TP{tp}<br>step time / AR TPOT = {_fmt(cost, '.2f')}" if cost is not None
                          else f"{lab} · TP{tp}<br>no matched auto run or no TPOT: cost unknown")
         any_ar = any_ar or any(c is not None for c in costs)
+        verdicts.append(_verdict(tp, xs, tau_s, tau_c, costs))
         data.append({"type": "bar", "x": xs, "y": costs, "marker": {"color": [colours[lab] for lab in xs]},
                      "name": "relative step cost", "showlegend": False, "xaxis": xr, "yaxis": yr,
                      "hovertext": hover, "hoverinfo": "text", "customdata": runs,
@@ -356,14 +362,35 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
                                                                                    "concurrency")
     if notes:
         subtitle += " — " + "; ".join(notes)
+    subtitle += ". speedup ≈ τ ÷ relative step cost."
     xd, yd = layout[_axis(refs[0][0][0])]["domain"], layout[_axis(refs[0][0][1])]["domain"]
     legend = {"x": xd[1], "xanchor": "right", "y": yd[0] + 0.01, "yanchor": "bottom",
               "bgcolor": "rgba(255,255,255,0.8)"}
     shapes = [{"type": "line", "xref": f"{xr} domain", "yref": yr, "x0": 0, "x1": 1, "y0": 1, "y1": 1,
                "line": {"color": "#888", "dash": "dot"}} for (_, _), (xr, yr) in refs]
-    return {"data": data, "layout": _layout(f"{title}<br><sup>{subtitle}</sup>", 120 + 260 * len(tps),
-                                            annotations=annotations, shapes=shapes,
-                                            top=120, legend=legend, **layout)}
+    return _figure(data, _layout(60 + 260 * len(tps), annotations=annotations, shapes=shapes, legend=legend,
+                                 **layout), title, subtitle + _why_caption(verdicts))
+
+
+def _verdict(tp: int, labels: list[str], tau_s: list, tau_c: list, costs: list) -> str:
+    """One sentence for a TP degree: which configuration accepts the most, which one gives the
+    most tokens per unit of step cost (tau / relative cost, the decode-only speedup), and why
+    they differ. '' when there is nothing to compare."""
+    rows = [(lab, s if s is not None else c, cost) for lab, s, c, cost in zip(labels, tau_s, tau_c, costs, strict=True)
+            if (s if s is not None else c) is not None and cost]
+    if len(rows) < 2:
+        return ""
+    most = max(rows, key=lambda r: r[1])
+    fastest = max(rows, key=lambda r: r[1] / r[2])
+    if most[0] == fastest[0]:
+        return f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) and is the fastest per step cost."
+    return (f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) but one of its steps costs {most[2]:.2f}× an "
+            f"autoregressive step, so {fastest[0]} (τ {fastest[1]:.2f} at {fastest[2]:.2f}×) is faster.")
+
+
+def _why_caption(verdicts: list[str]) -> str:
+    said = [v for v in verdicts if v]
+    return (" " + " ".join(said)) if said else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -417,8 +444,26 @@ def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     subtitle = f"{out_len} output tokens" + _selection_note(points, "output_len", out_len, "output length")
     if len(panels) == 1:
         subtitle += "; one concurrency level only"
-    return {"data": data, "layout": _layout(f"{title}<br><sup>{subtitle}</sup>", 430, annotations=annotations,
-                                            **layout)}
+    subtitle += ". " + " ".join(_fastest_tp(data, conc) for conc in panels)
+    return _figure(data, _layout(400, annotations=annotations, **layout), title, subtitle)
+
+
+def _fastest_tp(traces: list[dict[str, Any]], conc: int) -> str:
+    """'Concurrency 1: fastest at TP4 for all 6 configurations.' (or per TP degree when they
+    differ), from the TP-scaling traces of that panel."""
+    by_tp: dict[str, list[str]] = defaultdict(list)
+    for t in traces:
+        if t["meta"]["concurrency"] != conc:
+            continue
+        known = [(y, x) for x, y in zip(t["x"], t["y"], strict=True) if y is not None]
+        if known:
+            by_tp[max(known)[1]].append(t["name"])
+    total = sum(len(v) for v in by_tp.values())
+    if len(by_tp) == 1:
+        (tp, _), = by_tp.items()
+        return f"Concurrency {conc}: fastest at {tp} for all {total} configurations."
+    parts = [f"{tp} for {', '.join(names)}" for tp, names in sorted(by_tp.items(), key=lambda kv: -len(kv[1]))]
+    return f"Concurrency {conc}: fastest at " + "; ".join(parts) + "."
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,8 +546,7 @@ def tradeoff_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
         annotations.append(_panel_title(f"TP{tp}", xref, yref, layout))
     subtitle = (f"{out_len} output tokens" + _selection_note(points, "output_len", out_len, "output length")
                 + "; ★ = on the Pareto frontier (no other point is faster on both axes)")
-    return {"data": data, "layout": _layout(f"{title}<br><sup>{subtitle}</sup>", 440, annotations=annotations,
-                                            **layout)}
+    return _figure(data, _layout(410, annotations=annotations, **layout), title, subtitle)
 
 
 # --------------------------------------------------------------------------------------------
@@ -529,8 +573,8 @@ def distribution_figure(values: list[float], title: str, unit: str, bins: int = 
              "width": [_num(w, 6) for w in np.diff(edges)], "hovertext": hover, "hoverinfo": "text",
              "marker": {"color": "#4c78a8"}, "name": title}]
     sub = f"{arr.size} samples, median {np.median(arr):.3g} {unit}"
-    return {"data": data, "layout": _layout(f"{title}<br><sup>{sub}</sup>", 340, showlegend=False, bargap=0.02,
-                                            xaxis={"title": {"text": unit}}, yaxis={"title": {"text": "count"}})}
+    return _figure(data, _layout(300, top=20, showlegend=False, bargap=0.02, xaxis={"title": {"text": unit}},
+                                 yaxis={"title": {"text": "count"}}), title, sub)
 
 
 _LINK_SCORE = {"X": 5, "NV": 4, "PIX": 3, "PXB": 2.5, "PHB": 2, "NODE": 1, "SYS": 0}
@@ -553,4 +597,5 @@ def topology_figure(gpus: list[str], links: dict[tuple[int, int], str]) -> dict[
         text.append(trow)
     data = [{"type": "heatmap", "z": z, "x": gpus, "y": gpus, "text": text, "texttemplate": "%{text}",
              "colorscale": "Viridis", "showscale": False, "zmin": 0, "zmax": 5}]
-    return {"data": data, "layout": _layout("GPU topology", 120 + 45 * n, yaxis={"autorange": "reversed"})}
+    return _figure(data, _layout(80 + 45 * n, top=20, yaxis={"autorange": "reversed"}), "GPU topology",
+                   "link types of nvidia-smi topo -m: NV# (NVLink) best, SYS crosses the CPU sockets")

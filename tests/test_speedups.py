@@ -206,7 +206,7 @@ def test_decomposition_shows_tau_and_step_cost():
     # step time / AR TPOT = TPOT x tau / AR TPOT = tau / speedup at concurrency 1
     assert cost["y"] == pytest.approx([4.3 / 4.0, 7.4 / 6.5, 9.0 / 4.5], abs=1e-3)
     no_counters = [{**p, "acceptance_length": None} for p in grid_points()]
-    assert "no spec-decode counters" in figures.decomposition_figure(no_counters)["layout"]["title"]["text"]
+    assert "no spec-decode counters" in figures.decomposition_figure(no_counters)["caption"]
     nothing = [{**p, "acceptance_length": None, "mean_tokens_per_chunk": None} for p in grid_points()]
     assert "no spec-decode counters and no client" in figures.decomposition_figure(nothing)["empty"].lower()
     only_auto = [p for p in grid_points() if p["method"] == "auto"]

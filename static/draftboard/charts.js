@@ -7,7 +7,7 @@
     if (!src) { return; }
     var fig = JSON.parse(src.textContent);
     if (fig.empty) {  // a figure without data says why (analysis.figures.empty)
-      el.textContent = (fig.title ? fig.title + ": " : "") + fig.empty;
+      el.textContent = fig.empty;
       el.className += " figure-empty empty";
       return;
     }

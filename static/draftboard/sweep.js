@@ -6,16 +6,16 @@
   var root = document.getElementById("sweep-figures");
   if (!root) { return; }
 
+  // The figure's title and caption go into the box's heading and paragraph (text, never HTML).
+  function label(el, fig) {
+    var box = el.parentElement;
+    box.querySelector(".figure-title").textContent = fig.title || "";
+    box.querySelector(".figure-caption").textContent = fig.caption || "";
+  }
+
   function showEmpty(el, fig) {
-    el.textContent = "";
+    el.textContent = fig.empty;
     el.classList.add("figure-empty");
-    var h = document.createElement("h3");
-    h.textContent = fig.title || "";
-    var p = document.createElement("p");
-    p.className = "empty";
-    p.textContent = fig.empty;
-    el.appendChild(h);
-    el.appendChild(p);
   }
 
   function linkRuns(el) {
@@ -43,6 +43,7 @@
         var el = document.getElementById("fig-" + key);
         if (!el) { return; }
         var fig = payload.figures[key];
+        label(el, fig);
         if (fig.empty) { showEmpty(el, fig); return; }
         el.textContent = "";
         pending.push(Plotly.newPlot(el, fig.data, fig.layout, {responsive: true, displaylogo: false})
