@@ -200,6 +200,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="requests per page (p50/p95 over these)")
     ap.add_argument("--filler", type=int, default=0, help="add light runs until the database holds this many")
     ap.add_argument("--reseed", action="store_true", help="delete every run and sweep first")
+    ap.add_argument("--exports", action="store_true", help="also time export.csv and export.json")
     args = ap.parse_args()
     settings.ALLOWED_HOSTS = ["*"]
     t0 = time.perf_counter()
@@ -214,9 +215,12 @@ def main() -> int:
     for sweep in sweeps.values():
         n = sweep.runs.count()
         run = Run.objects.filter(sweep=sweep, state=RunState.SUCCEEDED, method="ddtree").order_by("id").first()
-        for label, url in ((f"sweep page ({n} runs)", f"/sweeps/{sweep.pk}/"),
-                           (f"sweep data.json ({n} runs)", f"/sweeps/{sweep.pk}/data.json"),
-                           (f"run page (sweep of {n})", f"/runs/{run.pk}/")):
+        pages = [(f"sweep page ({n} runs)", f"/sweeps/{sweep.pk}/"),
+                 (f"sweep data.json ({n} runs)", f"/sweeps/{sweep.pk}/data.json"),
+                 (f"run page (sweep of {n})", f"/runs/{run.pk}/")]
+        if args.exports:
+            pages += [(f"export.{fmt} ({n} runs)", f"/sweeps/{sweep.pk}/export.{fmt}") for fmt in ("csv", "json")]
+        for label, url in pages:
             times, size_b, queries, status = measure(client, url, args.repeat)
             rows.append([label, pct(times, 50), pct(times, 95), size_b, queries, status])
     total = Run.objects.count()

@@ -16,6 +16,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 #: Message kinds. `reasoning` and `content` messages may carry output tokens; a `usage` message
@@ -213,8 +214,10 @@ def decode_columns(data: bytes) -> LogColumns:
     code is unknown.
     """
     try:
-        doc = json.loads(zlib.decompress(data).decode("utf-8"))
-    except (zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # msgspec parses the same JSON about 3x faster than the json module (recompute decodes
+        # every stored run); it also rejects invalid UTF-8.
+        doc = msgspec.json.decode(zlib.decompress(data))
+    except (zlib.error, msgspec.DecodeError) as exc:
         raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
         version = doc.get("v") if isinstance(doc, dict) else None
