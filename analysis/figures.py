@@ -256,8 +256,10 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
         annotations.append(_panel_title(f"concurrency {conc}" + (f" · {out_len} output tokens" if several_len else ""),
                                         xref, yref, layout, yshift=22))
     values = [sp.value for sp in with_number]
+    # a fixed width: a cell stays about 170 px wide instead of stretching over the page
+    width = min(1300, 200 + n_cols * len(tps) * 170)
     return _figure(data, _layout(
-        height, top=70, annotations=annotations, shapes=shapes,
+        height, top=70, width=width, annotations=annotations, shapes=shapes,
         coloraxis={**_diverging_at_one(min(values), max(values)),
                    "colorbar": {"title": {"text": f"× vs {baseline}"}, "thickness": 12, "len": 0.8}},
         **layout), title, subtitle)

@@ -131,7 +131,7 @@ def make_users_grid(host_name: str = "ws-pcie8", repeats: int = 1) -> Sweep:
         record_inventory(host, pcie8_inventory())
     spec = load_sweep_file(SWEEP_FILE)
     spec.repeats = repeats
-    sweep = create_sweep(spec, host, source=str(SWEEP_FILE), enqueue=False)
+    sweep = create_sweep(spec, host, source="sweeps/users-grid-sglang.yaml", enqueue=False)
     for run in Run.objects.filter(sweep=sweep).order_by("id"):
         _finish(run, RunSpec.from_dict(run.spec))
     return sweep
