@@ -8,7 +8,7 @@ from typing import Any
 
 from analysis import figures
 from analysis.filters import Selection, SelectionError
-from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, compute_speedups, inconsistent_gpu_tps
+from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, compute_speedups, inconsistent_gpu_tps, median
 from benchkit.measure.metrics import LATENCY_METRICS, METRICS, STAT_NAMES
 from benchkit.methods import method_label, method_title
 from benchkit.specs import RunSpec
@@ -16,7 +16,7 @@ from benchkit.sweeps.fragment import point_sweep_file, spec_from_stored
 from runs.models import ACTIVE_STATES, RunState
 from runs.selectors import counted_points
 
-#: Figures of the sweep page, in page order: key -> element id suffix (`fig-<key>`).
+#: Figures of the sweep page, in page order (each drawn into the element `fig-<key>`).
 SWEEP_FIGURES = ("speedup", "decomposition", "tp_scaling", "tradeoff")
 #: Columns of the point table data.json gives with `?points=1`.
 POINT_TABLE = ("run_id", "label", "tp", "concurrency", "output_len", "repeat_index", *figures.POINT_METRICS)
@@ -112,7 +112,7 @@ def headline(speedups: list[Speedup], points: list[dict[str, Any]], selection: S
             medians[(p["concurrency"], p["label"], p["tp"])].append(p)
     fastest = []
     for c in concs:
-        cands = [(sorted(q[SPEED_FIELD] for q in ps)[len(ps) // 2], lab, tp, [q["run_id"] for q in ps])
+        cands = [(median([q[SPEED_FIELD] for q in ps]), lab, tp, [q["run_id"] for q in ps])
                  for (cc, lab, tp), ps in medians.items() if cc == c]
         if cands:
             tok_s, lab, tp, runs = max(cands, key=lambda t: t[0])

@@ -1,10 +1,12 @@
 """Pure figure builders: query results in, Plotly figure dicts out (JSON-ready).
 
 Each builder takes plain data (point dicts, see runs.selectors.figure_points; Speedups, see
-benchkit.compare.speedups) and returns either a figure `{"data": [...], "layout": {...}}` in
-plotly.js's schema, or `{"empty": reason, "title": ...}` when there is nothing honest to draw
-(the page then prints the reason instead of empty axes). Templates and the sweep page's script
-hand the dicts to plotly.js (json_script or the sweep's JSON endpoint), never through |safe.
+benchkit.compare.speedups) and returns either a figure `{"data": [...], "layout": {...},
+"title": str, "caption": str}` (data and layout in plotly.js's schema; the page prints title
+and caption as text above the plot), or `{"empty": reason, "title": str}` when there is nothing
+honest to draw (the page then prints the reason instead of empty axes). Templates and the sweep
+page's script hand the dicts to plotly.js (json_script or the sweep's JSON endpoint), never
+through |safe.
 
 The sweep figures are small multiples along the grid's own dimensions (TP degree, concurrency,
 output length, decoding configuration). They are built as plain dicts: plotly.graph_objects

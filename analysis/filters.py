@@ -88,15 +88,15 @@ def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _ints(query: Mapping[str, Any], name: str) -> tuple[int, ...]:
+def _ints(query: Mapping[str, Any], name: str, minimum: int) -> tuple[int, ...]:
     out = []
     for v in _values(query, name):
         try:
             n = int(v)
         except ValueError:
             raise SelectionError(name, f"expected whole numbers, got {v!r}") from None
-        if n < 1:
-            raise SelectionError(name, f"must be >= 1, got {n}")
+        if n < minimum:
+            raise SelectionError(name, f"must be >= {minimum}, got {n}")
         out.append(n)
     return tuple(sorted(set(out)))
 
@@ -122,6 +122,7 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
         except MethodError as exc:
             raise SelectionError("baseline", exc.reason) from None
         baseline = method_label(choice.method, choice.num_speculative_tokens, choice.tree_budget)
-    return Selection(tp=_ints(query, "tp"), concurrency=_ints(query, "concurrency"),
-                     output_len=_ints(query, "output_len"), method=tuple(dict.fromkeys(methods)), baseline=baseline,
+    # concurrency and output length may be 0: an imported result file that did not record them
+    return Selection(tp=_ints(query, "tp", 1), concurrency=_ints(query, "concurrency", 0),
+                     output_len=_ints(query, "output_len", 0), method=tuple(dict.fromkeys(methods)), baseline=baseline,
                      names=tuple(names), configs=tuple(configs))

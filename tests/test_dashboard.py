@@ -1,6 +1,7 @@
 """Dashboard pages, exports and the admin invalidate action against the real database."""
 
 import json
+import re
 
 import pytest
 from django.urls import reverse
@@ -99,3 +100,25 @@ def test_sweep_list_query_count(client, sweep, django_assert_max_num_queries):
     with django_assert_max_num_queries(3):
         resp = client.get(reverse("analysis:sweep_list"))
     assert b"test sweep" in resp.content and b"another" in resp.content
+
+
+def test_sweep_page_before_any_run_succeeds_and_of_imported_runs(client):
+    queued = make_sweep(name="queued")
+    make_run(queued, "auto")
+    html = client.get(reverse("analysis:sweep_detail", args=[queued.pk])).content.decode()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+    assert "No succeeded runs yet" in text and "0 of 1 succeeded, 1 queued or running" in text
+    assert 'class="filters"' not in html  # nothing to filter yet
+    from pathlib import Path
+
+    from runs.services.imports import import_result_file
+    from tests.factories import make_host
+
+    results = Path(__file__).parent / "fixtures" / "results"
+    imported = import_result_file(results / "vllm-bench-serve-full.json", make_host(), "imported", method="ngram")
+    assert client.get(reverse("analysis:sweep_detail", args=[imported.pk])).status_code == 200
+    data = client.get(reverse("analysis:sweep_data", args=[imported.pk])).json()
+    assert set(data["figures"]) == {"speedup", "decomposition", "tp_scaling", "tradeoff"}
+    run = imported.runs.get()
+    html = client.get(reverse("analysis:run_detail", args=[run.pk])).content.decode()
+    assert "No sweep file reproduces this run: it was imported" in html

@@ -99,7 +99,8 @@ def test_filters_live_in_the_url(client, grid):
 
 @pytest.mark.parametrize("query, message", [
     ("?tp=abc", "tp: expected whole numbers, got 'abc'"),
-    ("?concurrency=0", "concurrency: must be >= 1"),
+    ("?concurrency=-1", "concurrency: must be >= 0"),
+    ("?tp=0", "tp: must be >= 1"),
     ("?method=bogus", "method: unknown method token 'bogus'"),
     ("?baseline=eagle3", "baseline: 'eagle3' is not a configuration of this sweep's counted runs (present: auto, "
                          "linear, b15, b16, b32, b64)"),
