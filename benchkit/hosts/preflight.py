@@ -231,7 +231,8 @@ def check_device_nodes(dev_root: str | os.PathLike = "/dev") -> CheckResult:
 
 
 def _repo_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
+    """The folder that holds the `benchkit` package (so a child process can import it)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _uuid_hex(uuid: Any) -> str:
