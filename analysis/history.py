@@ -44,7 +44,7 @@ def _severity(d: PointDiff) -> tuple:
 
 def _sweep_ref(s, host_name: str) -> dict[str, Any]:
     return {"id": s.pk, "name": s.name, "host": host_name, "created_at": s.created_at.isoformat(),
-            "is_demo": s.is_demo}
+            "created": f"{s.created_at:%Y-%m-%d %H:%M}", "is_demo": s.is_demo}
 
 
 def _diff_row(d: PointDiff) -> dict[str, Any]:
@@ -174,7 +174,7 @@ def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: l
         by_night_points[p["sweep_id"]].append(p)
     for sid in sorted(by_night_points, key=lambda s: night_x[s]):
         ps = by_night_points[sid]
-        first = {sp.run_ids[0]: sp for sp in compute_speedups(ps)}
+        first = {sp.run_ids[0]: sp for sp in compute_speedups(ps, ci=False)}
         by_id = {p["run_id"]: p for p in ps}
         for rid, sp in first.items():
             p = by_id[rid]
@@ -196,6 +196,9 @@ def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: l
     data = {
         "host": host.name, "series": name, "nights": [_sweep_ref(n, host.name) for n in nights],
         "facets": facets, "chosen": chosen, "changes": changes, "n_points": len(points),
+        # the form: one box per value of each filter with several values, ticked when shown
+        "facet_choices": [{"name": col, "values": [{"value": v, "checked": col not in chosen or v in chosen[col]}
+                                                   for v in vals]} for col, vals in facets.items() if len(vals) > 1],
         "flags": [{"id": f.pk, "sweep": f.sweep_id, "night": night_x[f.sweep_id], "label": f.label, "tp": f.tp,
                    "concurrency": f.concurrency, "input_len": f.input_len, "output_len": f.output_len,
                    "metric": f.metric, "value": f.value, "baseline": f.baseline, "change_pct": f.change_pct,
@@ -211,7 +214,7 @@ def _headline(points: list[dict]) -> list[dict[str, Any]]:
     which workload, and its tok/s; TPs without any matched baseline say so."""
     best: dict[int, dict[str, Any]] = {}
     by_id = {p["run_id"]: p for p in points}
-    for sp in compute_speedups(points):
+    for sp in compute_speedups(points, ci=False):
         if sp.value is None or sp.config[0] == "auto":
             continue
         p = by_id[sp.run_ids[0]]

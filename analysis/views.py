@@ -175,7 +175,7 @@ def _compare_context(request: HttpRequest) -> dict | None:
         old = Sweep.objects.select_related("host").get(pk=old.pk)
     filters = _filters(request)
     snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
-    points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps)
+    points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps, gpus=False)
     ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old.pk],
                                 [p for p in points if p["sweep_id"] == new.pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT)
     ctx.update(old=old, new=new, filters=filters)

@@ -189,6 +189,10 @@ class Run(models.Model):
             models.Index(fields=["sweep", "state"], name="run_sweep_state"),
             # "already done": a succeeded run of the same point anywhere
             models.Index(fields=["point_key"], name="run_point_succeeded", condition=Q(state="succeeded")),
+            # trend page: succeeded runs of the last N nights at the chosen lengths and concurrency
+            # (runs.selectors.history_points with filters), without reading the other workloads
+            models.Index(fields=["sweep", "output_len", "input_len", "concurrency"], name="run_history_workload",
+                         condition=Q(state="succeeded")),
         ]
 
     def __str__(self) -> str:

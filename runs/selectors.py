@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import functools
+import json
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet, TextField
+from django.db.models.functions import Cast
 
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics
@@ -107,7 +110,7 @@ def latest_snapshot(host: Host) -> HardwareSnapshot | None:
 _HISTORY_RUN_COLUMNS = ("id", "sweep_id", "host_id", "engine", "engine_version", "engine_build", "engine_commit",
                         "model", "drafter", "method", "num_speculative_tokens", "tree_budget", "tp", "dataset",
                         "input_len", "output_len", "concurrency", "request_rate", "temperature", "seed",
-                        "repeat_index", "started_at", "gpus")
+                        "repeat_index", "started_at", "gpus_text")
 #: Filters a history query accepts (run columns, each a list of allowed values).
 HISTORY_FILTERS = ("tp", "concurrency", "output_len", "input_len", "method")
 #: At most this many snapshots per host are read to date runs' hardware fingerprints.
@@ -120,6 +123,12 @@ def _method_label(method: str, k: int | None, budget: int | None, _cache: dict =
     if key not in _cache:
         _cache[key] = Run(method=method, num_speculative_tokens=k, tree_budget=budget).method_label
     return _cache[key]
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_uuids(gpus_json: str | None) -> tuple[str, ...]:
+    """The UUIDs of a run's `gpus` column given as JSON text."""
+    return tuple(g.get("uuid", "") for g in json.loads(gpus_json or "[]") or [])
 
 
 def series_sweeps(host_id: int, name: str, until: Sweep | None = None, limit: int = 30,
@@ -189,11 +198,13 @@ def fingerprint_at(snapshots: list[dict[str, Any]], when) -> str:
 
 
 def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict[str, list] | None = None,
-                   snapshots: dict[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+                   snapshots: dict[int, list[dict[str, Any]]] | None = None,
+                   gpus: bool = True) -> list[dict[str, Any]]:
     """Counted points of the sweeps `sweep_ids` with only the columns a history page needs:
     run columns (_HISTORY_RUN_COLUMNS; `run_id` for `id`), `gpu_uuids`, `label`,
     `hardware_fingerprint` (the host's snapshot in force when the run started, from
-    `snapshots` or one more query) and the WindowMetrics fields `metrics`. `filters`: run
+    `snapshots` or one more query; `snapshots={}` skips it: "" and no `started_at`) and the
+    WindowMetrics fields `metrics`; `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run
     column -> allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
     `Run.objects.counted()`), in (sweep, id) order.
     """
@@ -202,19 +213,26 @@ def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict
         if col not in HISTORY_FILTERS:
             raise ValueError(f"unknown history filter {col!r}: use {', '.join(HISTORY_FILTERS)}")
         qs = qs.filter(**{f"{col}__in": allowed})
-    names = [*_HISTORY_RUN_COLUMNS, *(f"metrics__{m}" for m in metrics)]
+    skip = ({"started_at"} if snapshots == {} else set()) | (set() if gpus else {"gpus_text"})
+    columns = tuple(c for c in _HISTORY_RUN_COLUMNS if c not in skip)
+    names = [*columns, *(f"metrics__{m}" for m in metrics)]
+    # the GPU list as text, decoded once per distinct value (a sweep has a few), not per row
+    if gpus:
+        qs = qs.annotate(gpus_text=Cast("gpus", TextField()))
     rows = list(qs.order_by("sweep_id", "id").values_list(*names))
     if snapshots is None:
-        snapshots = snapshot_history(sorted({r[2] for r in rows}))
-    n_run = len(_HISTORY_RUN_COLUMNS)
+        snapshots = snapshot_history(sorted({r[2] for r in rows}))  # r[2]: host_id
+    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
+    times = {h: [s["taken_at"] for s in lst] for h, lst in snapshots.items()}
     out = []
     for r in rows:
-        p = dict(zip(_HISTORY_RUN_COLUMNS, r[:n_run], strict=True))
-        p["run_id"] = p.pop("id")
-        p["gpu_uuids"] = tuple(g.get("uuid", "") for g in p.pop("gpus") or [])
+        p = dict(zip(keys, r, strict=True))
+        if gpus:
+            p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
         p["label"] = _method_label(p["method"], p["num_speculative_tokens"], p["tree_budget"])
-        p["hardware_fingerprint"] = fingerprint_at(snapshots.get(p["host_id"], []), p["started_at"])
-        p.update(zip(metrics, r[n_run:], strict=True))
+        when, ts = p.get("started_at"), times.get(p["host_id"])
+        i = bisect.bisect_right(ts, when) if ts and when is not None else 0
+        p["hardware_fingerprint"] = snapshots[p["host_id"]][i - 1]["fingerprint"] if i else ""
         out.append(p)
     return out
 

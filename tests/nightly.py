@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from benchkit.measure import metrics
+from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.sweeps.runner import RunOutcome
 from benchkit.sweeps.sweepfile import loads_sweep
 from runs.models import HardwareSnapshot, Host, Run, RunState, Sweep
@@ -40,7 +41,7 @@ from runs.services.execution import store_outcome
 from runs.services.hosts import record_inventory
 from runs.services.sweeps import create_sweep
 from runs.services.transitions import transition
-from tests.factories import make_logs
+from tests.factories import MS
 from tests.test_allocation import pcie8_inventory
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,15 +97,26 @@ def target_tok_s(label: str, tp: int, concurrency: int) -> float:
     return base * SPEEDUP[concurrency][label] * {1: 1.0, 4: 0.93, 8: 0.9}[tp]
 
 
-def _logs_for(tok_s: float, tokens_per_msg: int):
-    """Four sequential 64-token requests whose window gives `tok_s` output tok/s (±0.1 %)."""
-    n_tokens, n_req = 64, 4
-    window_ms = n_req * n_tokens / tok_s * 1000.0
-    per_req_ms = (window_ms - (n_req - 1)) / n_req  # make_logs leaves 1 ms between requests
+def _logs_for(tok_s: float, tokens_per_msg: int, concurrency: int):
+    """`concurrency` requests sent together, each streaming 64 tokens in messages of
+    `tokens_per_msg`, so that the window gives `tok_s` output tok/s (±0.1 %) and TPOT is what
+    one of `concurrency` streams sees. Returns (logs, window_start_ns, window_end_ns)."""
+    n_tokens = 64
+    window_ms = concurrency * n_tokens / tok_s * 1000.0
     msgs = -(-n_tokens // tokens_per_msg)
-    ttft = min(20.0, per_req_ms / 4)
-    gap = (per_req_ms - ttft) / max(msgs - 1, 1)
-    return make_logs(n_req, tokens_per_msg, gap, n_tokens=n_tokens, ttft_ms=ttft, input_len=512)
+    ttft = min(60.0 * (1 + 0.25 * (concurrency - 1)), window_ms / 4)
+    gap = (window_ms - ttft) / max(msgs - 1, 1)
+    logs, t0 = [], 1_000 * MS
+    for i in range(concurrency):
+        at, got, events = t0 + int(ttft * MS), 0, []
+        while got < n_tokens:
+            k = min(tokens_per_msg, n_tokens - got)
+            events.append(MessageEvent(t_ns=at, tokens=k, kind="content"))
+            got, at = got + k, at + int(gap * MS)
+        logs.append(RequestLog(index=i, warmup=False, send_ns=t0, events=events, ok=True, prompt_tokens=512,
+                               completion_tokens=n_tokens, input_len=512, output_len=n_tokens,
+                               end_ns=events[-1].t_ns))
+    return logs, t0, max(r.end_ns for r in logs)
 
 
 def finish(run: Run, tok_s: float, tau: float | None, started_at: datetime, engine_version: str) -> Run:
@@ -113,7 +125,7 @@ def finish(run: Run, tok_s: float, tau: float | None, started_at: datetime, engi
     for state in (RunState.STARTING, RunState.WARMING, RunState.MEASURING, RunState.STOPPING):
         transition(run, state)
     k = max(1, round(tau)) if tau else 1
-    logs, t0, t1 = _logs_for(tok_s, k)
+    logs, t0, t1 = _logs_for(tok_s, k, run.concurrency)
     window = metrics.compute_run_metrics(logs, t0, t1, None)
     source = ""
     if tau:

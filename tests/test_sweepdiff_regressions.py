@@ -91,8 +91,9 @@ def test_points_only_on_one_side():
 
 def test_vectorised_bootstrap_agrees_with_the_scalar_one():
     rng = np.random.default_rng(3)
-    olds = [rng.normal(100, 5, 5) for _ in range(4)] + [rng.normal(50, 2, 3)]
-    news = [rng.normal(110, 5, 5) for _ in range(4)] + [rng.normal(50, 2, 4)]
+    # rank-space bootstrap (<= 12 repeats, odd and even) and resampling (14 repeats)
+    olds = [rng.normal(100, 5, 5) for _ in range(4)] + [rng.normal(50, 2, 3), rng.normal(80, 4, 14)]
+    news = [rng.normal(110, 5, 5) for _ in range(4)] + [rng.normal(50, 2, 4), rng.normal(84, 4, 14)]
     many = bootstrap_change_ci(olds, news, n_boot=4000)
     for (lo, hi), a, b in zip(many, olds, news, strict=True):
         slo, shi = bootstrap_ratio_ci(list(b), list(a), n_boot=4000)

@@ -27,10 +27,9 @@ series is for — but the finding names it (`Finding.note`).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from benchkit.compare.sweepdiff import IDENTITY_FIELDS, env_difference, env_key, identity_hash, identity_key
 
@@ -138,7 +137,7 @@ class _PointHistory:
     def __init__(self, nights: list[tuple[int, _Cell | None]], metric: str, direction: int, rule: RegressionRule):
         self.ids = [sid for sid, _ in nights]
         self.vals = [c.values[metric] if c is not None else [] for _, c in nights]
-        self.med = [float(np.median(v)) if v else None for v in self.vals]
+        self.med = [float(statistics.median(v)) if v else None for v in self.vals]
         self.direction, self.rule = direction, rule
 
     def _earlier(self, i: int) -> list[int]:
@@ -149,7 +148,7 @@ class _PointHistory:
         prev = self._earlier(i)
         if self.med[i] is None or len(prev) < self.rule.min_history:
             return None
-        return float(np.median([self.med[j] for j in prev])), prev
+        return float(statistics.median([self.med[j] for j in prev])), prev
 
     def change(self, i: int) -> float | None:
         """Night i's median vs its rolling baseline, as a fraction (None without a baseline)."""
