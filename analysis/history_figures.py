@@ -55,7 +55,8 @@ def _grid(rows: int, cols: int, titles: list[str], hgap: float = 0.04, vgap: flo
 
 
 def _base_layout(title: str, height: int, top: int = 60) -> dict[str, Any]:
-    return {"title": {"text": title, "x": 0.01, "xanchor": "left"}, "height": height, "font": _FONT,
+    return {"title": {"text": title, "x": 0.01, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
+                      "pad": {"t": 12}}, "height": height, "font": _FONT,
             "paper_bgcolor": "#fff", "plot_bgcolor": "#fff", "hovermode": "closest",
             "margin": {"l": 70, "r": 20, "t": top, "b": 50}}
 

@@ -159,7 +159,7 @@ def home_data(request: HttpRequest) -> JsonResponse:
     return JsonResponse(_home_context()["data"])
 
 
-def _compare_context(request: HttpRequest) -> dict | None:
+def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> dict | None:
     """(old, new) from `?old=ID&new=ID`; `new` defaults to the newest sweep of the newest series,
     `old` to the sweep before `new` in its series. None when there is nothing to compare."""
     new, old = _sweep_or_400(request, "new"), _sweep_or_400(request, "old")
@@ -177,7 +177,8 @@ def _compare_context(request: HttpRequest) -> dict | None:
     snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
     points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps, gpus=False)
     ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old.pk],
-                                [p for p in points if p["sweep_id"] == new.pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT)
+                                [p for p in points if p["sweep_id"] == new.pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
+                                limit=limit)
     ctx.update(old=old, new=new, filters=filters)
     return ctx
 
@@ -186,7 +187,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     """Two sweeps side by side: per matched point the change in tok/s, TPOT, TTFT and tau with a
     verdict; points on other hardware or another engine build apart."""
     try:
-        ctx = _compare_context(request)
+        ctx = _compare_context(request, limit=history.PAGE_ROW_LIMIT)
     except BadQuery as exc:
         return _bad(exc)
     return render(request, "analysis/compare.html", ctx or {"data": None})
