@@ -44,3 +44,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw == "":
         return default
     return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+def env_float(name: str, default: float) -> float:
+    """Parse a finite float. Raises ConfigError naming the variable on a bad value."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{name}={raw!r} is not a finite number")
+    return value

@@ -20,7 +20,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 
-from .env import ConfigError, env_bool, env_list, env_str
+from .env import ConfigError, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DRAFTBOARD_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -119,6 +119,30 @@ STATICFILES_DIRS = [
 ]
 
 LOGIN_URL = "admin:login"
+
+# --- Nightly series: regression detection and sweep comparison (benchkit.compare) --------------
+# DRAFTBOARD_REGRESSION_WINDOW: N previous nights whose median is the baseline.
+# DRAFTBOARD_REGRESSION_THRESHOLD_PCT: how much worse than that baseline counts, in %.
+# DRAFTBOARD_REGRESSION_TEST: auto (Mann-Whitney where a night has >= 3 repeats, else the
+#   rolling-median rule on two consecutive nights), hud (always the rolling-median rule) or
+#   mannwhitney (repeats only). DRAFTBOARD_REGRESSION_ALPHA: the Mann-Whitney level.
+# DRAFTBOARD_COMPARE_NOISE_PCT: on the compare page, a single-run change smaller than this is
+#   "no significant change" (with >= 3 repeats the bootstrap interval decides instead).
+DRAFTBOARD_REGRESSION_WINDOW = env_int("DRAFTBOARD_REGRESSION_WINDOW", 5)
+DRAFTBOARD_REGRESSION_THRESHOLD_PCT = env_float("DRAFTBOARD_REGRESSION_THRESHOLD_PCT", 10.0)
+DRAFTBOARD_REGRESSION_TEST = env_str("DRAFTBOARD_REGRESSION_TEST", "auto")
+DRAFTBOARD_REGRESSION_ALPHA = env_float("DRAFTBOARD_REGRESSION_ALPHA", 0.05)
+DRAFTBOARD_COMPARE_NOISE_PCT = env_float("DRAFTBOARD_COMPARE_NOISE_PCT", 5.0)
+try:  # refuse a bad combination at start-up, naming the variable
+    from benchkit.compare.regressions import RegressionRule as _Rule
+
+    _Rule(window=DRAFTBOARD_REGRESSION_WINDOW, threshold_pct=DRAFTBOARD_REGRESSION_THRESHOLD_PCT,
+          test=DRAFTBOARD_REGRESSION_TEST, alpha=DRAFTBOARD_REGRESSION_ALPHA,
+          min_history=min(3, max(1, DRAFTBOARD_REGRESSION_WINDOW)))
+except ValueError as _exc:
+    raise ConfigError(f"DRAFTBOARD_REGRESSION_*: {_exc}") from None
+if not DRAFTBOARD_COMPARE_NOISE_PCT >= 0:
+    raise ConfigError(f"DRAFTBOARD_COMPARE_NOISE_PCT={DRAFTBOARD_COMPARE_NOISE_PCT} must be >= 0")
 
 # --- Celery -----------------------------------------------------------------------------------
 LOCAL_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"

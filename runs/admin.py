@@ -12,8 +12,8 @@ from benchkit.hosts.allocation import AllocationError
 from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.sweeps.sweepfile import SweepError
 from runs import models
-from runs.forms import InvalidateForm, SweepYamlForm
-from runs.services import dispatch, hosts, invalidation, sweeps
+from runs.forms import AcknowledgeForm, InvalidateForm, SweepYamlForm
+from runs.services import dispatch, hosts, invalidation, regressions, sweeps
 
 
 class AuditReadOnly:
@@ -194,3 +194,70 @@ class GpuLeaseAdmin(admin.ModelAdmin):
 class RunTransitionAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", "from_state", "to_state", "at", "note")
     list_filter = ("to_state",)
+
+
+class OpenFlagFilter(admin.SimpleListFilter):
+    """Open (not yet acknowledged) or acknowledged flags."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return (("open", "open"), ("acknowledged", "acknowledged"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "open":
+            return queryset.filter(acknowledged_at__isnull=True)
+        if self.value() == "acknowledged":
+            return queryset.filter(acknowledged_at__isnull=False)
+        return queryset
+
+
+@admin.register(models.RegressionFlag)
+class RegressionFlagAdmin(AuditReadOnly, admin.ModelAdmin):
+    """Regression flags are written by detection only; an administrator with the
+    `runs.acknowledge_regressionflag` permission acknowledges them with a reason (kept)."""
+
+    list_display = ("series", "host", "night", "label", "tp", "concurrency", "output_len", "metric", "change",
+                    "rule", "status", "acknowledged_by")
+    list_filter = (OpenFlagFilter, "host", "series", "rule", "tp")
+    list_select_related = ("sweep", "host")
+    search_fields = ("series", "label", "note", "ack_reason")
+    readonly_fields = [f.name for f in models.RegressionFlag._meta.fields]
+    actions = ["acknowledge"]
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) or self.has_acknowledge_permission(request)
+
+    def has_acknowledge_permission(self, request) -> bool:
+        return request.user.has_perm("runs.acknowledge_regressionflag")
+
+    @admin.display(description="night", ordering="sweep__created_at")
+    def night(self, obj):
+        return format_html('<a href="{}?new={}">#{} {}</a>', reverse("analysis:compare"), obj.sweep_id, obj.sweep_id,
+                           f"{obj.sweep.created_at:%Y-%m-%d}")
+
+    @admin.display(description="change", ordering="change_pct")
+    def change(self, obj):
+        return f"{obj.change_pct:+.1f} %"
+
+    @admin.display(description="status", boolean=False)
+    def status(self, obj):
+        return "open" if obj.is_open else f"acknowledged {obj.acknowledged_at:%Y-%m-%d}"
+
+    @admin.action(description="Acknowledge selected flags (asks for a reason)", permissions=["acknowledge"])
+    def acknowledge(self, request, queryset):
+        """Intermediate page asking for a reason; acknowledged flags leave the open list."""
+        if "apply" in request.POST:
+            form = AcknowledgeForm(request.POST)
+            if form.is_valid():
+                n = regressions.acknowledge([f.pk for f in queryset], request.user.get_username(),
+                                            form.cleaned_data["reason"])
+                self.message_user(request, f"acknowledged {n} flag(s)")
+                return None
+        else:
+            form = AcknowledgeForm()
+        ctx = {**self.admin_site.each_context(request), "form": form, "flags": queryset,
+               "title": "Acknowledge regression flags", "opts": self.model._meta,
+               "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
+        return render(request, "admin/runs/acknowledge.html", ctx)

@@ -91,6 +91,11 @@ class Sweep(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # a nightly series is the sweeps of one name on one host: its latest night, the
+            # previous one, the last N nights (runs.selectors.series_sweeps, latest_per_series)
+            models.Index(fields=["host", "name", "-created_at"], name="sweep_series_latest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} #{self.pk}"
@@ -185,6 +190,10 @@ class Run(models.Model):
             models.Index(fields=["sweep", "state"], name="run_sweep_state"),
             # "already done": a succeeded run of the same point anywhere
             models.Index(fields=["point_key"], name="run_point_succeeded", condition=Q(state="succeeded")),
+            # trend page: succeeded runs of the last N nights at the chosen lengths and concurrency
+            # (runs.selectors.history_points with filters), without reading the other workloads
+            models.Index(fields=["sweep", "output_len", "input_len", "concurrency"], name="run_history_workload",
+                         condition=Q(state="succeeded")),
         ]
 
     def __str__(self) -> str:
@@ -281,3 +290,67 @@ class GpuLease(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["host", "gpu_uuid"], name="gpu_lease_one_holder")]
+
+
+class RegressionRuleName(models.TextChoices):
+    """Which rule of benchkit.compare.regressions raised a flag."""
+
+    HUD = "hud", "rolling median, two nights"
+    MANNWHITNEY = "mannwhitney", "Mann-Whitney on repeats"
+
+
+class RegressionFlag(models.Model):
+    """A point of a nightly series that got worse (benchkit.compare.regressions.Finding), stored by
+    runs.services.regressions.
+
+    Natural key (sweep, point_key, metric): re-running detection updates a flag and never
+    duplicates it. The series is (host, sweep name). `point_key` is
+    benchkit.compare.sweepdiff.identity_hash; label, tp, concurrency and lengths are copied for
+    display. Values are medians in the metric's unit; `change_pct` is value / baseline - 1 in %.
+    An acknowledged flag keeps who, when and why (audit) and is never deleted by a re-run.
+    """
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="regression_flags",
+                              help_text="the night on which the point was flagged")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="regression_flags")
+    series = models.CharField(max_length=200, help_text="the sweep name (a series is one name on one host)")
+    point_key = models.CharField(max_length=64, help_text="benchkit.compare.sweepdiff.identity_hash")
+    metric = models.CharField(max_length=60, help_text="WindowMetrics field")
+    label = models.CharField(max_length=100)
+    tp = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()
+    input_len = models.PositiveIntegerField()
+    output_len = models.PositiveIntegerField()
+    value = models.FloatField(help_text="median of the night, in the metric's unit")
+    baseline = models.FloatField(help_text="rolling median of the previous nights")
+    change_pct = models.FloatField(help_text="value / baseline - 1, in %")
+    previous_change_pct = models.FloatField(null=True, blank=True, help_text="the night before, against its baseline")
+    p_value = models.FloatField(null=True, blank=True, help_text="Mann-Whitney one-sided p")
+    rule = models.CharField(max_length=20, choices=RegressionRuleName.choices)
+    run_ids = models.JSONField(default=list)
+    baseline_sweep_ids = models.JSONField(default=list)
+    note = models.TextField(blank=True, help_text="environment changes inside the window")
+    detected_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=150, blank=True, help_text="username")
+    ack_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-sweep__created_at", "tp", "concurrency", "label"]
+        constraints = [models.UniqueConstraint(fields=["sweep", "point_key", "metric"],
+                                               name="regression_flag_unique_point_per_night")]
+        indexes = [
+            # home page: open flags, newest first
+            models.Index(fields=["-detected_at"], name="regression_open", condition=Q(acknowledged_at__isnull=True)),
+            # trend page: flags of one series
+            models.Index(fields=["host", "series"], name="regression_series"),
+        ]
+        permissions = [("acknowledge_regressionflag", "Can acknowledge regression flags")]
+
+    def __str__(self) -> str:
+        return f"{self.series}: {self.label} TP{self.tp} c{self.concurrency} {self.change_pct:+.1f}%"
+
+    @property
+    def is_open(self) -> bool:
+        """Not acknowledged yet."""
+        return self.acknowledged_at is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from runs.services import dispatch, execution, leases, sweeps
+from runs.services import dispatch, execution, leases, regressions, sweeps
 
 #: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
 #: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
@@ -30,3 +30,10 @@ def start_sweep_from_file_task(path: str, host_name: str = "", substitutions: di
     host `host_name` (default: the worker's host) and enqueue its runs. Scheduled nightly
     through django-celery-beat on the host's queue. Returns the sweep id."""
     return sweeps.create_sweep_from_file(path, host_name=host_name or None, substitutions=substitutions or None).pk
+
+
+@shared_task(name=dispatch.DETECT_REGRESSIONS_TASK, acks_late=True)
+def detect_regressions_task(sweep_id: int) -> list[int]:
+    """Judge sweep `sweep_id` against the earlier nights of its series and store regression flags
+    (regressions.detect_for_sweep); returns the flag ids. Queued when the sweep's last run finished."""
+    return regressions.detect_for_sweep(sweep_id).flagged

@@ -12,6 +12,7 @@ interval of the ratio of medians is given. No baseline -> no number (None), neve
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -71,8 +72,10 @@ def bootstrap_ratio_ci(num: list[float], den: list[float], n_boot: int = 2000, s
     return float(lo), float(hi)
 
 
-def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
+def compute_speedups(points: list[dict[str, Any]], ci: bool = True) -> list[Speedup]:
     """One Speedup per (match key, configuration), `auto` included (value 1.0 against itself).
+    `ci=False` skips the bootstrap intervals (pages that show only the medians, e.g. a trend
+    over many nights, where they cost most of the time).
 
     Where a match key has no `auto` point, every configuration there gets value None and
     reason "no matching auto baseline". Points whose output tok/s is unknown (None: an imported
@@ -88,17 +91,17 @@ def compute_speedups(points: list[dict[str, Any]]) -> list[Speedup]:
         base_tps = [p[SPEED_FIELD] for p in base if p[SPEED_FIELD] is not None]
         for cfg, ps in configs.items():
             tps = [p[SPEED_FIELD] for p in ps if p[SPEED_FIELD] is not None]
-            med = float(np.median(tps)) if tps else None
+            med = float(statistics.median(tps)) if tps else None
             sp = Speedup(label=ps[0]["label"], key=key, config=cfg, value=None, ci95=None, n_repeats=len(ps),
                          baseline_run_ids=[p["run_id"] for p in base], run_ids=[p["run_id"] for p in ps],
                          median_output_throughput=med)
             if med is None:
                 sp.reason = "output tok/s unknown"
-            elif not base_tps or float(np.median(base_tps)) <= 0:
+            elif not base_tps or float(statistics.median(base_tps)) <= 0:
                 sp.reason = "no matching auto baseline"
             else:
-                sp.value = med / float(np.median(base_tps))
-                if len(tps) >= 3 and len(base_tps) >= 3:
+                sp.value = med / float(statistics.median(base_tps))
+                if ci and len(tps) >= 3 and len(base_tps) >= 3:
                     sp.ci95 = bootstrap_ratio_ci(tps, base_tps)
             out.append(sp)
     return out

@@ -15,6 +15,10 @@ from runs.services.leases import total_limit_s
 
 #: The registered name of runs.tasks.execute_runs_task.
 EXECUTE_RUNS_TASK = "runs.execute_runs"
+#: The registered name of runs.tasks.detect_regressions_task.
+DETECT_REGRESSIONS_TASK = "runs.detect_regressions"
+#: Regression detection reads a few nights of one series: bounded well below this (seconds).
+DETECT_TIME_LIMIT_S = 300
 
 
 class BrokerUnavailable(RuntimeError):
@@ -58,3 +62,11 @@ def enqueue_runs(run_ids: list[int], queue: str, share_server: bool = True) -> N
         limit = sum(total_limit_s(RunSpec.from_dict(by_id[i].spec).limits) for i in group)
         current_app.send_task(EXECUTE_RUNS_TASK, args=[group], queue=queue, soft_time_limit=limit,
                               time_limit=limit + 120)
+
+
+def enqueue_detection(sweep_id: int, queue: str) -> None:
+    """Send the regression-detection task for sweep `sweep_id` to `queue` (the host's queue, whose
+    worker just finished the sweep's last run). Publishing is not retried: a broker that does
+    not answer raises at once (kombu's OperationalError or OSError)."""
+    current_app.send_task(DETECT_REGRESSIONS_TASK, args=[sweep_id], queue=queue, retry=False,
+                          soft_time_limit=DETECT_TIME_LIMIT_S, time_limit=DETECT_TIME_LIMIT_S + 60)

@@ -18,7 +18,7 @@ from benchkit.measure.logs import encode_logs
 from benchkit.specs import RunSpec
 from benchkit.sweeps.runner import RunOutcome, execute_runs
 from runs.models import Host, RequestLogBlob, Run, RunState
-from runs.services import hosts, leases
+from runs.services import hosts, leases, regressions
 from runs.services.metrics_store import store_metrics
 from runs.services.transitions import IllegalTransition, transition
 
@@ -104,6 +104,7 @@ def execute_group(run_ids: list[int]) -> list[Run]:
         for (run, _), outcome in zip(claimed, outcomes, strict=True):
             run.refresh_from_db()
             finished[run.pk] = store_outcome(run, outcome)
+        regressions.runs_finished(list(finished))
         return [finished.get(r.pk) or Run.objects.get(pk=r.pk) for r in runs]
     finally:
         leases.release(holder)
