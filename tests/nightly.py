@@ -156,9 +156,9 @@ def build_nightly_series(nights: int = 8, host_name: str = "ws-pcie8", noise_pct
     driver_night, dip_night, upgrade_night = max(2, nights // 3), max(4, nights // 2), nights - 2
     snap = record_inventory(host, dataclasses.replace(inv, driver_version="575.57.08", cuda_driver_version="12.9"))
     HardwareSnapshot.objects.filter(pk=snap.pk).update(taken_at=start - timedelta(days=1))
-    # Every method on the DDTree build, so each speedup has its matched autoregressive run
-    # (MEASUREMENT.md: same engine build); the shipped file puts only DDTree on it.
-    spec = loads_sweep("engine_build: sglang-ddtree-pr\n" + USERS_GRID.read_text(), source=str(USERS_GRID))
+    # The shipped file runs every method on the DDTree build, so each speedup has its matched
+    # autoregressive run (MEASUREMENT.md: same engine build).
+    spec = loads_sweep(USERS_GRID.read_text(), source=str(USERS_GRID))
     sweeps = []
     for night in range(1, nights + 1):
         at = start + timedelta(days=night - 1)

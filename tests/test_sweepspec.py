@@ -51,11 +51,10 @@ def test_users_grid_expands_to_36_runs():
     assert {r.workload.output_len for r in runs} == {1024}
     for r in runs:
         assert r.server.engine == "sglang"
+        # every method on the DDTree PR build, so each DDTree run has a matched auto baseline
+        assert r.server.engine_build == "sglang-ddtree-pr"
         if r.server.method == "ddtree":
-            assert r.server.engine_build == "sglang-ddtree-pr"
             assert r.server.prefix_caching is False
-        else:
-            assert r.server.engine_build == ""
         assert r.server.drafter == ("" if r.server.method == "auto" else "/models/Qwen3.5-27B-DFlash")
     assert len({r.point_key() for r in runs}) == 36
     # every run turns into a command line
@@ -304,3 +303,20 @@ def test_placeholders_variables_and_admin_text():
     with pytest.raises(SweepError) as err:
         loads_sweep(text, "admin YAML", variables={"other": "1"})
     assert (err.value.line, err.value.field) == (3, "model")
+
+
+def test_a_method_on_a_build_without_auto_is_refused_with_its_line(tmp_path):
+    """Speedups divide runs of one engine build: DDTree alone on the PR build would never get a
+    number, so the file is refused at the DDTree entry (this was the users' grid file's trap)."""
+    text = (SWEEPS / "users-grid-sglang.yaml").read_text()
+    text = text.replace("engine_build: sglang-ddtree-pr\n", "", 1).replace(
+        "{method: ddtree, tree_budget: [15, 16, 32, 64], prefix_caching: false}",
+        "{method: ddtree, tree_budget: [15, 16, 32, 64], prefix_caching: false, engine_build: sglang-ddtree-pr}")
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    with pytest.raises(SweepError, match=r"grid\.yaml:\d+: grid\.methods\[2\]\.engine_build: b15 runs on build "
+                                         r"'sglang-ddtree-pr' but auto runs only on 'sglang'"):
+        load_sweep_file(path)
+    # without auto in the grid nothing is compared against it: allowed
+    path.write_text(text.replace("    - auto\n", ""))
+    assert load_sweep_file(path).n_runs() == 30

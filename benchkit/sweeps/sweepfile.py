@@ -496,6 +496,7 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         raise SweepError(source, p.line, p.field, p.reason) from None
     variants = sf.variants()
     _check_against_flags(sf, variants, data, source)
+    _check_baseline_builds(sf, variants, data, source)
     workload = sf.workload.model_dump(exclude_unset=True)
     grid: dict[str, Any] = {"tp": list(sf.grid.tp), "methods": [v for _, v in variants]}
     for axis in GRID_AXES:
@@ -538,6 +539,26 @@ def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]
         except EngineConfigError as exc:
             line, shown = locate(data, ("grid", "methods", i))
             raise SweepError(source, line, format_field(shown), str(exc)) from None
+
+
+def _check_baseline_builds(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
+    """A sweep that measures `auto` must measure it on every engine build its other methods use:
+    a speedup divides two runs of the same build (MEASUREMENT.md "Comparing runs"), so a method
+    on a build without an `auto` run would never get a number. Raises SweepError at that method."""
+    def build(v: MethodVariant) -> str:
+        return v.engine_build if v.engine_build is not None else sf.engine_build
+
+    baselines = {build(v) for _, v in variants if v.method == "auto"}
+    if not baselines:
+        return
+    for i, v in variants:
+        if build(v) not in baselines:
+            line, shown = locate(data, ("grid", "methods", i))
+            raise SweepError(source, line, format_field(shown) + ".engine_build",
+                             f"{v.label} runs on build {build(v) or sf.engine!r} but auto runs only on "
+                             f"{', '.join(repr(b or sf.engine) for b in sorted(baselines))}: its speedups would have "
+                             "no baseline; set engine_build at the top level so every method runs on one build, or "
+                             "add an auto entry with the same engine_build")
 
 
 def load_sweep_file(path: str | Path, variables: dict[str, str] | None = None) -> SweepSpec:
