@@ -55,11 +55,13 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
 
 def run_export(run) -> dict[str, Any]:
     """One counted run as benchkit.formats.vllm_bench.export_vllm_layout writes it, with the
-    run's configuration (engine, method, TP, GPUs, argv) under draftboard.run. Needs
-    `run.metrics` loaded."""
+    run's configuration (engine, method, TP, GPUs, argv, dataset, lengths) under draftboard.run,
+    where the importer reads engine, dataset and lengths back. Unknown values (an imported run's
+    workload its file did not give) are null. Needs `run.metrics` loaded."""
     m = run.metrics
     meta = {
-        "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine,
+        "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine, "engine": run.engine,
+        "dataset": run.dataset or None,
         "label": run.method_label, "date": run.finished_at, "num_prompts": run.num_prompts,
         "concurrency": run.concurrency, "request_rate": run.request_rate,
         "engine_version": run.engine_version, "engine_commit": run.engine_commit, "method": run.method,
