@@ -134,6 +134,8 @@ def test_non_finite_and_negative_rates_are_refused_cleanly(tmp_path, member, fie
     ({"completed": 1, "model_id": "m\ud800"}, "model_id", "lone surrogate"),
     ({"completed": 1, "model_id": "m\x00"}, "model_id", "NUL"),
     ({"completed": 1, "extra_key": ["a\x00b"]}, r"extra_key\[0\]", "NUL"),
+    ({"completed": 1, "odd\ud800key": 1}, r"odd\\ud800key", "key contains a lone surrogate"),
+    ({"completed": 1, "server_info": {"a\x00": 1}}, r"server_info\.a\\x00", "key contains a NUL"),
     ({"completed": 1, "model_id": "m" * 501}, "model_id", "longer than 500"),
     ({"completed": 1, "version": "0." * 51}, "version", "longer than 100"),
     ({"completed": 1, "spec_decode_acceptance_rate": 500}, "spec_decode_acceptance_rate", "<= 100"),
@@ -283,3 +285,13 @@ def test_old_imported_placeholders_become_null_in_the_migration():
         assert (row.concurrency, row.num_prompts, row.dataset) == (0, 0, "unknown")
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+def test_refusals_are_printable(tmp_path, capsys):
+    """A key holding a lone surrogate or a NUL is named with escapes: the message prints anywhere."""
+    path = write(tmp_path, "x.json", json.dumps({"model_id": "m", "completed": 1, "k\ud800\x00": 1}))
+    with pytest.raises(CommandError) as exc:
+        run_cmd(path, "--method", "auto")
+    assert str(exc.value).endswith(r"x.json:1: k\ud800\x00: key contains a NUL character (\u0000), which a "
+                                   "database cannot store")
+    str(exc.value).encode("ascii")

@@ -11,7 +11,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.engines.catalog import LAUNCHED_ENGINES
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.common import ResultFileError, printable
 from benchkit.methods import METHOD_NAMES
 from runs.services.hosts import HostNameError
 from runs.services.imports import ImportOptionError, ImportReport, import_result_file, import_result_folder
@@ -67,6 +67,7 @@ class Command(BaseCommand):
 
     def _summary(self, report: ImportReport) -> None:
         for f in report.files:
+            f.path = printable(f.path)
             if f.status == "imported":
                 self.stdout.write(f"imported          {f.path}: {len(f.runs)} run(s) {_ids(f.runs)}")
             elif f.status == "existing":
