@@ -194,3 +194,13 @@ class GpuLeaseAdmin(admin.ModelAdmin):
 class RunTransitionAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", "from_state", "to_state", "at", "note")
     list_filter = ("to_state",)
+
+
+@admin.register(models.ResultFile)
+class ResultFileAdmin(AuditReadOnly, admin.ModelAdmin):
+    """Imported result files, one per content (sha256): which sweep their runs went into."""
+
+    list_display = ("name", "source_tool", "size_bytes", "sweep", "imported_at")
+    list_filter = ("source_tool",)
+    search_fields = ("name", "sha256")
+    readonly_fields = ("sha256", "name", "size_bytes", "source_tool", "sweep", "imported_at")

@@ -295,3 +295,25 @@ def test_refusals_are_printable(tmp_path, capsys):
     assert str(exc.value).endswith(r"x.json:1: k\ud800\x00: key contains a NUL character (\u0000), which a "
                                    "database cannot store")
     str(exc.value).encode("ascii")
+
+
+def test_exports_say_what_the_file_did_not(client):
+    """SGLang's two lines: one with max_concurrency 2, an older one without it."""
+    sweep = import_result_file(SGLANG, method="draft_model", num_speculative_tokens=4).sweep
+    csv = client.get(f"/sweeps/{sweep.pk}/export.csv").content.decode().splitlines()
+    header = csv[0].split(",")
+    col = header.index("concurrency")
+    assert sorted(line.split(",")[col] for line in csv[1:]) == ["", "2"]  # not "2.0", not "0"
+    tex = client.get(f"/sweeps/{sweep.pk}/export.tex").content.decode()
+    assert "not in the file" in tex
+    exported = client.get(f"/sweeps/{sweep.pk}/export.json").json()["runs"]
+    assert sorted(r["max_concurrency"] or 0 for r in exported) == [0, 2]
+    assert {r["draftboard"]["run"]["concurrency"] for r in exported} == {None, 2}
+
+
+def test_admin_lists_imported_files_read_only(admin_client):
+    import_result_file(SGLANG, method="draft_model", num_speculative_tokens=4)
+    record = ResultFile.objects.get()
+    page = admin_client.get("/admin/runs/resultfile/").content.decode()
+    assert record.name in page
+    assert admin_client.get(f"/admin/runs/resultfile/{record.pk}/delete/").status_code == 403
