@@ -62,7 +62,8 @@ HOSTILE_NUMBERS = [0, -1, -0.0, 0.5, 1, 1.5, 2, 100, 100.0001, 500, -82.9, -55.7
                    2**63, 10**20, -(10**20), 1e308, -1e308, 5e-324, math.nan, math.inf, -math.inf]
 NEW_KEYS = ["request_goodput:", "completed:", "mean_ttft_ms ", "spec_decode_acceptance_rate", "num_prompts",
             "max_concurrency", "failed", "duration", "accept_length", "model_id", "version", "vllm_version",
-            "dataset_name", "server_info", "errors", "input_lens", "itls", "draftboard", "x\x00", "\ud800"]
+            "dataset_name", "server_info", "errors", "input_lens", "itls", "draftboard", "x\x00", "\ud800",
+            "duration_s", "model_config", "__class__", "model_extra"]
 
 scalars = st.one_of(
     st.sampled_from(HOSTILE_NUMBERS),

@@ -265,9 +265,9 @@ def test_configured_alias_and_tau_bound(tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 def test_old_imported_placeholders_become_null_in_the_migration():
-    """0010 turns the 0 / "unknown" placeholders of runs imported before it into NULL / ""; the
-    reverse writes them back."""
-    before, after = [("runs", "0004_drop_metric_json")], [("runs", "0010_import_boundary")]
+    """0010/0011 turn the 0 / "unknown" placeholders of runs imported before them into NULL / "";
+    the reverse writes them back."""
+    before, after = [("runs", "0004_drop_metric_json")], [("runs", "0011_import_placeholders")]
     try:
         apps = migrate(before)
         host = apps.get_model("runs", "Host").objects.create(name="h")
@@ -317,3 +317,11 @@ def test_admin_lists_imported_files_read_only(admin_client):
     page = admin_client.get("/admin/runs/resultfile/").content.decode()
     assert record.name in page
     assert admin_client.get(f"/admin/runs/resultfile/{record.pk}/delete/").status_code == 403
+
+
+def test_run_page_shows_source_keys_of_runs_imported_before_0010(client):
+    """Those have no ResultFile row; their kept keys are shown all the same."""
+    run = import_result_file(SGLANG, method="draft_model", num_speculative_tokens=4).sweep.runs.order_by("id")[0]
+    Run.objects.filter(pk=run.pk).update(result_file=None)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"<code>{SGLANG}:1</code>" in page and "<code>concurrency</code>" in page  # SGLang's observed mean

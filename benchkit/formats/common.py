@@ -193,9 +193,9 @@ def _request_rate(value: Any) -> Any:
         return None
     if isinstance(value, float) and value == math.inf:
         return None
-    value = _number(value) if not isinstance(value, str) else value
     if isinstance(value, str):
         raise ValueError(f"expected a number or 'inf', got str {value!r:.40}")
+    value = _number(value)
     if value <= 0:
         raise ValueError(f"must be > 0 req/s or 'inf' (unbounded), got {value!r}")
     return value

@@ -1,31 +1,12 @@
 """Issue 10: imported runs store what their file does not say as NULL (missing is not zero), and
-each imported file is recorded once, by the sha256 of its bytes (ResultFile).
-
-Runs imported before this migration stored the unknown workload as placeholders: concurrency,
-input_len, output_len and num_prompts 0 and dataset "unknown" (runs.services.imports at 0004).
-For imported runs (point_key "import-N") those become NULL / "" here; the reverse writes the
-placeholders back (the columns are NOT NULL again before 0010).
+each imported file is recorded once, by the sha256 of its bytes (ResultFile). The placeholders
+stored by earlier imports are turned into NULL by the next migration, 0011_import_placeholders
+(a data step in its own transaction: PostgreSQL refuses schema changes in a transaction that
+has updated the same table).
 """
 
 import django.db.models.deletion
 from django.db import migrations, models
-
-PLACEHOLDER_COLUMNS = ("concurrency", "input_len", "output_len", "num_prompts")
-
-
-def placeholders_to_null(apps, schema_editor):
-    Run = apps.get_model("runs", "Run")
-    imported = Run.objects.filter(point_key__startswith="import-")
-    for column in PLACEHOLDER_COLUMNS:
-        imported.filter(**{column: 0}).update(**{column: None})
-    imported.filter(dataset="unknown").update(dataset="")
-
-
-def null_to_placeholders(apps, schema_editor):
-    Run = apps.get_model("runs", "Run")
-    for column in PLACEHOLDER_COLUMNS:
-        Run.objects.filter(**{f"{column}__isnull": True}).update(**{column: 0})
-    Run.objects.filter(dataset="", point_key__startswith="import").update(dataset="unknown")
 
 
 class Migration(migrations.Migration):
@@ -84,5 +65,4 @@ class Migration(migrations.Migration):
             model_name='resultfile',
             constraint=models.UniqueConstraint(fields=('sha256',), name='result_file_unique_content'),
         ),
-        migrations.RunPython(placeholders_to_null, null_to_placeholders),
     ]
