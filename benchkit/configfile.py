@@ -197,7 +197,7 @@ def _known(expected: str) -> str:
 def _reason(err: dict[str, Any], loc: tuple[Any, ...], model: type[BaseModel]) -> str:
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     kind_of = "mapping" if isinstance(value, dict) else "list" if isinstance(value, list) else type(value).__name__
-    got = f"{kind_of} {plain(value)!r}"
+    got = f"{kind_of} {plain(value)!r:.80}"
     if kind == "missing":
         return "missing (required)"
     if kind == "extra_forbidden":
@@ -211,6 +211,8 @@ def _reason(err: dict[str, Any], loc: tuple[Any, ...], model: type[BaseModel]) -
         return f"expected an integer, got {got}"
     if kind in ("float_type", "float_parsing"):
         return f"expected a number, got {got}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {value!r}"
     if kind in ("bool_type", "bool_parsing"):
         return f"expected true/false, got {value!r}"
     if kind == "string_type":

@@ -163,8 +163,11 @@ def test_nesting_is_bounded(tmp_path):
     with pytest.raises(CommandError, match=r"deep\.json:1: nested deeper than 32 levels"):
         run_cmd(write(tmp_path, "deep.json", deep), "--method", "auto")
     pretty = "{\n" + '"completed": 1,\n"x":\n' + "[\n" * 40 + "]\n" * 40 + "}\n"
-    with pytest.raises(CommandError, match=r"pretty\.json:\d+: nested deeper"):
+    with pytest.raises(CommandError, match=r"pretty\.json:3: x: nested deeper than 32"):
         run_cmd(write(tmp_path, "pretty.json", pretty), "--method", "auto")
+    lines = SGLANG.read_text().splitlines()[0] + "\n" + deep + "\n"  # JSON lines: the deep one is line 2
+    with pytest.raises(CommandError, match=r"deep\.jsonl:2: nested deeper than 32 levels"):
+        run_cmd(write(tmp_path, "deep.jsonl", lines), "--method", "auto")
     assert Run.objects.count() == 0
 
 

@@ -173,8 +173,10 @@ def _whole(value: Any) -> Any:
 
 
 def Number(lo: float | None = 0.0, hi: float | None = None, *, gt: float | None = None) -> Any:  # noqa: N802
-    """A finite number (int or float in the file, float here) within [lo, hi] (or > gt)."""
-    return Annotated[float, BeforeValidator(_number), Field(ge=lo, le=hi, gt=gt)]
+    """A finite number (int or float in the file, float here; not a bool, not text) within
+    [lo, hi] (or > gt). Validated by pydantic-core itself (strict float, allow_inf_nan=False):
+    per-request lists hold millions of them."""
+    return Annotated[float, Strict(), Field(ge=lo, le=hi, gt=gt, allow_inf_nan=False)]
 
 
 def Whole(lo: int = 0, hi: int = BIGINT_MAX) -> Any:  # noqa: N802

@@ -7,8 +7,9 @@ naming the file and line, what Python's `json` module would turn into a tracebac
 database would refuse later:
 
 - a file over `MAX_FILE_BYTES`, not UTF-8, or empty;
-- nesting deeper than `MAX_DEPTH` brackets (checked on the text before parsing: `json.loads` of
-  100 000 nested brackets raises RecursionError);
+- nesting deeper than `MAX_DEPTH` brackets (`json.loads` of 100 000 nested brackets raises
+  RecursionError: the decoder's RecursionError is turned into this refusal, and every parsed
+  object's depth is bounded while its strings are checked);
 - invalid JSON, a number too long for Python's int conversion (over 4300 digits, a ValueError
   from `json.loads`), a duplicate key in one object (`json` would keep the last silently), a
   top level that is not an object;
@@ -19,7 +20,8 @@ database would refuse later:
 Each object comes back as a `JsonObject`, which locates a key path on its line
 (`JsonObject.line_of`): JSON lines objects stand on one line each, and in a pretty-printed
 object the line of a nested key is found from the text's bracket structure (strings blanked
-out, depth counted with numpy), so errors read `file:line: field: reason` for both layouts.
+out, depth counted with numpy; built only when an error needs a line), so errors read
+`file:line: field: reason` for both layouts.
 """
 
 from __future__ import annotations
@@ -100,8 +102,10 @@ class JsonObject:
     def line_of(self, loc: tuple[Any, ...]) -> int:
         """Line of the key path `loc` (keys and list indices, as pydantic reports them): the line
         of the deepest key found (list indices and missing keys stop the search)."""
-        if self.one_line or self._structure is None or not loc:
+        if self.one_line or not self._text or not loc:
             return self.line
+        if self._structure is None:
+            self._structure = _Structure(self._text)
         text, st = self._text, self._structure
         start, stop, line = 0, len(text), self.line
         for level, part in enumerate(loc, start=1):
@@ -145,10 +149,14 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+_NUMBERS = frozenset({int, float})
+TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels of brackets (result files nest at most a few)"
+
+
 def find_bad_text(data: Any) -> tuple[tuple[Any, ...], str] | None:
-    """(key path, reason) of the first key or string in `data` that `text_problem` refuses, None
-    when all are fine. Values under UNSTORED_KEYS of the top level are skipped. Iterative: the
-    depth was bounded before parsing, the breadth by the file size."""
+    """(key path, reason) of the first container nested deeper than MAX_DEPTH, or key or string
+    in `data` that `text_problem` refuses; None when all are fine. Values under UNSTORED_KEYS of
+    the top level are skipped. Iterative (no recursion), linear in the size of `data`."""
     stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
     while stack:
         loc, value = stack.pop()
@@ -156,6 +164,8 @@ def find_bad_text(data: Any) -> tuple[tuple[Any, ...], str] | None:
             problem = text_problem(value)
             if problem:
                 return loc, problem
+        elif isinstance(value, (dict, list)) and len(loc) >= MAX_DEPTH:
+            return loc, TOO_DEEP
         elif isinstance(value, dict):
             for key, item in value.items():
                 problem = text_problem(key)
@@ -164,7 +174,7 @@ def find_bad_text(data: Any) -> tuple[tuple[Any, ...], str] | None:
                 if not (loc == () and key in UNSTORED_KEYS):
                     stack.append((loc + (key,), item))
         elif isinstance(value, list):
-            if all(type(item) in (int, float) for item in value):
+            if set(map(type, value)) <= _NUMBERS:  # per-request lists: millions of numbers
                 continue
             stack.extend((loc + (i,), item) for i, item in enumerate(value))
     return None
@@ -199,23 +209,26 @@ def _loads(text: str, path: Path, first_line: int) -> Any:
                               first_line, exc.key) from None
     except ValueError as exc:  # Python's int conversion limit (sys.get_int_max_str_digits)
         raise ResultFileError(path, f"a number too long to read ({exc})", first_line) from None
+    except RecursionError:
+        raise _too_deep(text, path, first_line) from None
 
 
-def _check_depth(st: _Structure, text: str, path: Path, first_line: int) -> None:
-    offset = st.first_deeper_than(MAX_DEPTH)
-    if offset is not None:
-        raise ResultFileError(path, f"nested deeper than {MAX_DEPTH} levels of brackets (result files nest at "
-                                    "most a few)", first_line + line_at(text, offset) - 1)
+def _too_deep(text: str, path: Path, first_line: int) -> ResultFileError:
+    """The refusal of a text the JSON decoder could not descend (RecursionError), at the line of
+    its first bracket deeper than MAX_DEPTH."""
+    offset = _Structure(text).first_deeper_than(MAX_DEPTH)
+    line = first_line + line_at(text, offset) - 1 if offset is not None else first_line
+    return ResultFileError(path, TOO_DEEP, line)
 
 
-def _object(data: Any, path: Path, line: int, one_line: bool, text: str = "",
-            st: _Structure | None = None) -> JsonObject:
+def _object(data: Any, path: Path, line: int, one_line: bool, text: str = "") -> JsonObject:
     if not isinstance(data, dict):
         raise ResultFileError(path, f"expected a JSON object per run, got a {type(data).__name__}", line)
-    obj = JsonObject(data, str(path), line, one_line, text, st)
+    obj = JsonObject(data, str(path), line, one_line, text)
     bad = find_bad_text(data)
     if bad:
-        raise obj.error(bad[0], bad[1])
+        loc, reason = bad
+        raise obj.error((loc[:1] or None) if reason == TOO_DEEP else loc, reason)  # the key holding the depth
     return obj
 
 
@@ -251,8 +264,6 @@ def read_json_objects(path: str | Path) -> JsonFile:
     if not text.strip():
         raise ResultFileError(path, "the file is empty")
     sha256 = hashlib.sha256(raw).hexdigest()
-    st = _Structure(text)
-    _check_depth(st, text, path, 1)
     start = len(text) - len(text.lstrip())
     first_line = line_at(text, start)
     try:
@@ -264,9 +275,11 @@ def read_json_objects(path: str | Path) -> JsonFile:
                               first_line, exc.key) from None
     except ValueError as exc:  # Python's int conversion limit (sys.get_int_max_str_digits)
         raise ResultFileError(path, f"a number too long to read ({exc})", first_line) from None
+    except RecursionError:
+        raise _too_deep(text, path, 1) from None
     if not text[end:].strip():  # one object, on one line or pretty-printed
-        return JsonFile(path, sha256, len(raw), [_object(first, path, first_line, "\n" not in text[start:end].strip(),
-                                                         text, st)])
+        one_line = "\n" not in text[start:end].strip()
+        return JsonFile(path, sha256, len(raw), [_object(first, path, first_line, one_line, text)])
     objects = []  # JSON lines: one object per non-empty line
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
