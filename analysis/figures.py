@@ -24,8 +24,8 @@ def _to_dict(fig: go.Figure) -> dict[str, Any]:
     return json.loads(fig.to_json())
 
 
-def _series_name(tp: int, concurrency: int) -> str:
-    return f"TP{tp} · concurrency {concurrency}"
+def _series_name(tp: int, concurrency: int | None) -> str:
+    return f"TP{tp} · concurrency {'not in the file' if concurrency is None else concurrency}"
 
 
 def speedup_figure(speedups: list[Speedup], points_by_run: dict[int, dict]) -> dict[str, Any]:
@@ -63,10 +63,11 @@ def speedup_figure(speedups: list[Speedup], points_by_run: dict[int, dict]) -> d
 
 def throughput_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Lines: output tok/s vs concurrency, one line per (method, TP); repeats as median; points
-    whose output tok/s is unknown are left out."""
+    whose output tok/s or concurrency is unknown (an imported file that does not say) are left
+    out, never drawn at "concurrency 0"."""
     series: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
-        if p[SPEED_FIELD] is not None:
+        if p[SPEED_FIELD] is not None and p["concurrency"] is not None:
             series[(p["label"], p["tp"])][p["concurrency"]].append(p[SPEED_FIELD])
     fig = go.Figure()
     for (label, tp), by_c in sorted(series.items()):

@@ -63,7 +63,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One run: configuration, command line, GPUs, metrics, distributions, history, log tail."""
-    run = get_object_or_404(Run.objects.select_related("sweep", "host", "metrics"), pk=pk)
+    run = get_object_or_404(Run.objects.select_related("sweep", "host", "metrics", "result_file"), pk=pk)
     ctx = dashboard.build_run(run)
     ctx.update(run=run, transitions=list(run.transitions.all()))
     return render(request, "analysis/run_detail.html", ctx)

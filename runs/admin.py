@@ -261,3 +261,13 @@ class RegressionFlagAdmin(AuditReadOnly, admin.ModelAdmin):
                "title": "Acknowledge regression flags", "opts": self.model._meta,
                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
         return render(request, "admin/runs/acknowledge.html", ctx)
+
+
+@admin.register(models.ResultFile)
+class ResultFileAdmin(AuditReadOnly, admin.ModelAdmin):
+    """Imported result files, one per content (sha256): which sweep their runs went into."""
+
+    list_display = ("name", "source_tool", "size_bytes", "sweep", "imported_at")
+    list_filter = ("source_tool",)
+    search_fields = ("name", "sha256")
+    readonly_fields = ("sha256", "name", "size_bytes", "source_tool", "sweep", "imported_at")

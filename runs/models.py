@@ -11,6 +11,7 @@ import shlex
 from django.db import models
 from django.db.models import Q
 
+from benchkit.formats.limits import TEXT_LIMITS
 from benchkit.measure.metrics import METRIC_FIELDS, MetricField
 from benchkit.methods import method_label
 
@@ -101,6 +102,26 @@ class Sweep(models.Model):
         return f"{self.name} #{self.pk}"
 
 
+class ResultFile(models.Model):
+    """A result file imported from another tool (runs.services.imports), one row per distinct
+    content: unique on the sha256 of its bytes, so importing the same file again reports its
+    runs instead of storing them twice. Its runs point here (`Run.result_file`)."""
+
+    sha256 = models.CharField(max_length=64, help_text="sha256 of the file's bytes (hex)")
+    name = models.CharField(max_length=TEXT_LIMITS["file_name"], help_text="path the file was imported from")
+    size_bytes = models.BigIntegerField()
+    source_tool = models.CharField(max_length=TEXT_LIMITS["source_tool"])
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="result_files")
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["sweep", "id"]
+        constraints = [models.UniqueConstraint(fields=["sha256"], name="result_file_unique_content")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.sha256[:12]})"
+
+
 class RunState(models.TextChoices):
     """Run life cycle. Only SUCCEEDED runs feed charts and speedups."""
 
@@ -142,9 +163,9 @@ class Run(models.Model):
 
     engine = models.CharField(max_length=20)
     engine_build = models.CharField(max_length=100, blank=True)
-    engine_version = models.CharField(max_length=100, blank=True)
+    engine_version = models.CharField(max_length=TEXT_LIMITS["engine_version"], blank=True)
     engine_commit = models.CharField(max_length=64, blank=True)
-    model = models.CharField(max_length=500)
+    model = models.CharField(max_length=TEXT_LIMITS["model"])
     drafter = models.CharField(max_length=500, blank=True)
     is_demo_model = models.BooleanField(default=False)
     method = models.CharField(max_length=30)
@@ -153,12 +174,14 @@ class Run(models.Model):
     tp = models.PositiveIntegerField(default=1)
     gpus = models.JSONField(default=list, blank=True, help_text="[{index, uuid, pci_bus_id, numa_node, name}]")
     gpus_cross_numa = models.BooleanField(default=False)
-    concurrency = models.PositiveIntegerField()
+    # Empty (NULL) only for an imported run whose file does not say (missing is not zero).
+    concurrency = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
     request_rate = models.FloatField(null=True, blank=True, help_text="req/s; empty = closed loop")
-    input_len = models.PositiveIntegerField()
-    output_len = models.PositiveIntegerField()
-    num_prompts = models.PositiveIntegerField()
-    dataset = models.CharField(max_length=200, default="random")
+    input_len = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
+    output_len = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
+    num_prompts = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
+    dataset = models.CharField(max_length=TEXT_LIMITS["dataset"], default="random", blank=True,
+                               help_text="empty = not in the imported file")
     temperature = models.FloatField(default=0.0)
     seed = models.IntegerField(default=0)
     repeat_index = models.PositiveIntegerField(default=0)
@@ -174,6 +197,8 @@ class Run(models.Model):
     server_env = models.JSONField(default=dict, blank=True)
     server_log_tail = models.TextField(blank=True)
     server_shared = models.BooleanField(default=False)
+    result_file = models.ForeignKey(ResultFile, null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
+                                    help_text="the file an imported run came from")
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -243,9 +268,10 @@ class RunMetrics(models.Model):
     """
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="metrics")
-    spec_source = models.CharField(max_length=300, blank=True, help_text="where the acceptance figures come from")
+    spec_source = models.CharField(max_length=TEXT_LIMITS["spec_source"], blank=True,
+                                   help_text="where the acceptance figures come from")
     distributions = models.JSONField(default=dict, blank=True)
-    source_tool = models.CharField(max_length=50, default="draftboard")
+    source_tool = models.CharField(max_length=TEXT_LIMITS["source_tool"], default="draftboard")
     definitions = models.JSONField(default=dict, blank=True)
     extra = models.JSONField(default=dict, blank=True, help_text="source-file keys without a column")
     computed_at = models.DateTimeField(auto_now=True)
