@@ -17,7 +17,8 @@ whether usage is reported, reasoning deltas (chat), and per-request failures key
 order (0-based count of generation requests): `http_500`, `hang` (no answer for `hang_s`),
 `no_tokens` (200 with no output token), `early_eos` (stops after `early_eos_tokens`),
 `stream_error` (one token, then an in-stream error object), `drop` (closes the connection
-mid-stream).
+mid-stream), `truncate` (`early_eos_tokens` tokens, then a clean end of the stream without a
+finish reason, usage message or [DONE]).
 
 Usage::
 
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-FAILURE_MODES = ("http_500", "hang", "no_tokens", "early_eos", "stream_error", "drop")
+FAILURE_MODES = ("http_500", "hang", "no_tokens", "early_eos", "stream_error", "drop", "truncate")
 BOS_ID = 1
 
 
@@ -210,8 +211,8 @@ class SyntheticServer:
         n_out = int(body.get("max_tokens", 16))
         if mode == "no_tokens":
             n_out = 0
-        elif mode in ("early_eos", "stream_error", "drop"):
-            n_out = min(n_out, cfg.early_eos_tokens if mode == "early_eos" else 1)
+        elif mode in ("early_eos", "stream_error", "drop", "truncate"):
+            n_out = min(n_out, cfg.early_eos_tokens if mode in ("early_eos", "truncate") else 1)
         opts = body.get("stream_options") or {}
         final_usage = cfg.usage != "none" and bool(opts.get("include_usage"))
         cont_usage = cfg.usage == "continuous" and final_usage and bool(opts.get("continuous_usage_stats"))
@@ -253,7 +254,7 @@ class SyntheticServer:
             reasoning = chat and sent < cfg.reasoning_tokens
             text = "".join(letters[(sent + i) % 26] for i in range(k))
             sent += k
-            finish = ("stop" if mode == "early_eos" else "length") if sent == n_out else None
+            finish = ("stop" if mode == "early_eos" else "length") if sent == n_out and mode != "truncate" else None
             await resp.write(_sse(chunk(text, reasoning, sent, finish)))
             if cfg.spec_k and j > 0:
                 self.spec_counters["drafts"] += 1
@@ -266,6 +267,9 @@ class SyntheticServer:
             if mode == "drop":
                 request.transport.close()
                 return resp
+        if mode == "truncate":
+            await resp.write_eof()
+            return resp
         if final_usage:
             await resp.write(
                 _sse(
