@@ -9,7 +9,10 @@ chunk (`choices: []`) when it asks for `include_usage`, then `data: [DONE]`. It 
 when `bos`), `GET /health`, `GET /v1/models`, `POST /reset_prefix_cache` and `GET /metrics`.
 With `spec_k` > 0, `/metrics` carries vLLM's spec-decode counters as a speculating server
 would count them: every message after a request's first is one draft step of `spec_k` draft
-tokens of which (tokens in the message - 1) were accepted.
+tokens of which (tokens in the message - 1) were accepted; each counter has its `_created`
+sample and the page has `process_start_time_seconds`, as prometheus_client writes them. With
+`restart_at` = n, the server behaves as if it restarted when generation request n (0-based)
+arrives: counters start again from 0 and both times move one hour on.
 
 What a test sets (`SyntheticConfig`): TTFT, the gap between messages and tokens per message
 (message j of a request is sent at receipt + ttft_ms + j * gap_ms, on an absolute schedule),
@@ -67,6 +70,7 @@ class SyntheticConfig:
     bos: bool = False
     model: str = "synthetic"
     spec_k: int = 0
+    restart_at: int | None = None
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.failures.items() if v not in FAILURE_MODES}
@@ -91,6 +95,7 @@ class SyntheticServer:
         self.config = config or SyntheticConfig()
         self.requests: list[tuple[str, dict]] = []
         self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.started_s = 1_796_000_000.0  # Unix time of this "server life" (moves on a restart)
         self.prefix_cache_resets = 0
         self.base_url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -129,12 +134,14 @@ class SyntheticServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         c = self.spec_counters
-        lines = []
+        lines = ["# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {self.started_s}"]
         if self.config.spec_k:
+            labels = f'engine="0",model_name="{self.config.model}"'
             for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
                               ("num_accepted_tokens", "accepted")):
                 lines += [f"# TYPE vllm:spec_decode_{name} counter",
-                          f'vllm:spec_decode_{name}_total{{engine="0",model_name="{self.config.model}"}} {c[key]}.0']
+                          f"vllm:spec_decode_{name}_total{{{labels}}} {c[key]}.0",
+                          f"vllm:spec_decode_{name}_created{{{labels}}} {self.started_s + 1}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
@@ -194,6 +201,9 @@ class SyntheticServer:
         with self._lock:
             ordinal = len(self.requests)
             self.requests.append((request.path, body))
+            if ordinal == self.config.restart_at:
+                self.spec_counters = dict.fromkeys(self.spec_counters, 0)
+                self.started_s += 3600.0
         cfg = self.config
         mode = cfg.failures.get(ordinal)
         if mode == "http_500":

@@ -55,3 +55,24 @@ def test_unreachable_endpoint_fails_every_run_with_a_reason(tmp_path):
     outs = execute_runs([spec(url, 1), spec(url, 2)], [NullHooks(), NullHooks()], tmp_path)
     assert not outs[0].ok and outs[0].reason == "workload_error" and "Connect" in outs[0].message
     assert outs[1].reason == "not_run_server_died" and "earlier run" in outs[1].message
+
+
+def test_counter_restart_inside_the_window_leaves_no_figures_and_marks_suspect(tmp_path):
+    # request 0 is the warmup; the server "restarts" when measured request 2 (ordinal 2) arrives,
+    # and by the second reading it has counted past the first one: no counter went down
+    cfg = SyntheticConfig(ttft_ms=2, gap_ms=2, tokens_per_message=4, first_message_tokens=1, spec_k=3, restart_at=2)
+    with SyntheticServer(cfg) as url:
+        out = execute_runs([spec(url, 1)], [NullHooks()], tmp_path)[0]
+    assert out.ok, (out.reason, out.message)  # the run still counts ...
+    assert out.spec_decode is None  # ... without acceptance figures
+    assert len(out.suspect_reasons) == 1 and out.suspect_reasons[0].startswith("counters_restarted: ")
+    assert "process_start_time_seconds moved" in out.suspect_reasons[0]
+    assert out.client_headroom["processes"] == 1 and out.client_headroom["cpu_s"] > 0
+
+
+def test_truncated_streams_count_in_the_error_rate(tmp_path):
+    cfg = SyntheticConfig(ttft_ms=2, gap_ms=2, tokens_per_message=4, failures={2: "truncate"}, early_eos_tokens=5)
+    with SyntheticServer(cfg) as url:
+        out = execute_runs([spec(url, 1)], [NullHooks()], tmp_path)[0]
+    assert not out.ok and out.reason == "error_rate_exceeded"
+    assert "1 of 4 measured requests failed: truncated_stream 1" in out.message

@@ -497,7 +497,7 @@ async def run_load(
     progress: ProgressFn | None = None,
     api: str = "completions",
     on_window_start: Callable[[], None] | None = None,
-    processes: int | None = 1,
+    processes: int | None = None,
 ) -> LoadResult:
     """Send `workload` to the server at `base_url` (e.g. "http://127.0.0.1:8000") and log it.
 
@@ -613,7 +613,7 @@ def run_load_sync(
     progress: ProgressFn | None = None,
     api: str = "completions",
     on_window_start: Callable[[], None] | None = None,
-    processes: int | None = 1,
+    processes: int | None = None,
 ) -> LoadResult:
     """Blocking wrapper of `run_load` (runs it in a fresh event loop with `asyncio.run`; do not
     call it from inside a running loop). Same arguments, result and errors."""
