@@ -198,8 +198,9 @@ def clock_is_system_wide() -> bool:
     return "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
 
 
-def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str) -> dict:
-    """The JSON body of one streaming request for `api` ("completions" or "chat")."""
+def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str, extra_body: dict | None = None) -> dict:
+    """The JSON body of one streaming request for `api` ("completions" or "chat"); `extra_body`
+    keys are added last (they win), as `vllm bench serve --extra-body` does."""
     body: dict = {
         "model": model,
         "max_tokens": prompt.output_len,
@@ -213,6 +214,8 @@ def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str) -> 
         body["messages"] = [{"role": "user", "content": prompt.text}]
     else:
         body["prompt"] = prompt.text
+    if extra_body:
+        body.update(extra_body)
     return body
 
 
@@ -444,8 +447,9 @@ class _Driver:
     """Sends requests of one client process: one aiohttp session, at most `cap` in flight."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, model: str, workload: WorkloadSpec,
-                 api: str, cap: int, timeout_s: float):
+                 api: str, cap: int, timeout_s: float, extra_body: dict | None = None):
         self.session, self.url, self.model, self.workload, self.api = session, url, model, workload, api
+        self.extra_body = extra_body
         self.sem = asyncio.Semaphore(max(cap, 1))
         self.timeout_s = timeout_s
 
@@ -460,7 +464,7 @@ class _Driver:
                 if delay > 0:
                     await asyncio.sleep(delay)
             async with self.sem:
-                body = build_body(prompt, self.model, self.workload, self.api)
+                body = build_body(prompt, self.model, self.workload, self.api, self.extra_body)
                 await _one_request(self.session, self.url, body, stream, self.timeout_s)
 
         tasks = [asyncio.create_task(send(*item)) for item in items]
@@ -498,6 +502,7 @@ async def run_load(
     api: str = "completions",
     on_window_start: Callable[[], None] | None = None,
     processes: int | None = None,
+    extra_body: dict | None = None,
 ) -> LoadResult:
     """Send `workload` to the server at `base_url` (e.g. "http://127.0.0.1:8000") and log it.
 
@@ -511,7 +516,8 @@ async def run_load(
     (`asyncio.to_thread`), never on the event loop, so they may block or use Django's ORM.
     `api`: "completions" or "chat". `processes`: client processes (1 = this process only;
     None = `default_client_processes(concurrency)`; capped at the concurrency); see the module
-    doc for how work is split.
+    doc for how work is split. `extra_body`: JSON fields added to every request body (e.g.
+    engine-specific sampling options).
     Raises ValueError for an unknown api, too few prompts, num_prompts < 1, processes < 1, or
     several processes where perf_counter is not a system-wide clock; RuntimeError when a
     worker process dies. Request failures are never raised, they are in the logs.
@@ -548,10 +554,10 @@ async def run_load(
 
         logs, client = await loadworkers.run_workers(
             n_proc, base_url, model, workload, prompts, offsets_ns, request_timeout_s, api, progress,
-            on_window_start)
+            on_window_start, extra_body)
     else:
         logs, client = await _run_in_process(base_url, model, workload, prompts, offsets_ns, request_timeout_s,
-                                             api, progress, on_window_start)
+                                             api, progress, on_window_start, extra_body)
     meas_logs = logs[n_warm:]
     sends = sorted(log.send_ns for log in meas_logs)
     span_s = (sends[-1] - sends[0]) / 1e9
@@ -568,7 +574,7 @@ async def run_load(
 async def _run_in_process(base_url: str, model: str, workload: WorkloadSpec, prompts: list[Prompt],
                           offsets_ns: list[int | None], request_timeout_s: float, api: str,
                           progress: ProgressFn | None, on_window_start: Callable[[], None] | None,
-                          ) -> tuple[list[RequestLog], ClientHeadroom]:
+                          extra_body: dict | None = None) -> tuple[list[RequestLog], ClientHeadroom]:
     n_warm, n_meas = workload.n_warmup, workload.num_prompts
     cap = max(workload.concurrency, 1)
     streams = [
@@ -584,7 +590,7 @@ async def _run_in_process(base_url: str, model: str, workload: WorkloadSpec, pro
             await asyncio.to_thread(progress, done, n_meas)
 
     async with _session(cap, request_timeout_s) as session:
-        driver = _Driver(session, _url(base_url, api), model, workload, api, cap, request_timeout_s)
+        driver = _Driver(session, _url(base_url, api), model, workload, api, cap, request_timeout_s, extra_body)
         await driver.phase([(streams[i], prompts[i], None) for i in range(n_warm)])
         if on_window_start is not None:
             await asyncio.to_thread(on_window_start)
@@ -614,6 +620,7 @@ def run_load_sync(
     api: str = "completions",
     on_window_start: Callable[[], None] | None = None,
     processes: int | None = None,
+    extra_body: dict | None = None,
 ) -> LoadResult:
     """Blocking wrapper of `run_load` (runs it in a fresh event loop with `asyncio.run`; do not
     call it from inside a running loop). Same arguments, result and errors."""
@@ -626,6 +633,7 @@ def run_load_sync(
         box.append(await run_load(
             base_url, model, workload, prompts=prompts, request_timeout_s=request_timeout_s,
             progress=progress, api=api, on_window_start=on_window_start, processes=processes,
+            extra_body=extra_body,
         ))
 
     asyncio.run(main())

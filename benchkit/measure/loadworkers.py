@@ -133,6 +133,7 @@ async def run_workers(
     api: str,
     progress: loadgen.ProgressFn | None,
     on_window_start: Any,
+    extra_body: dict | None = None,
 ) -> tuple[list[RequestLog], loadgen.ClientHeadroom]:
     """Run the load on `n_proc` worker processes (arguments as `loadgen.run_load`; `prompts`
     warmup first, `offsets_ns[i]` the i-th measured request's due offset or None for a closed
@@ -154,7 +155,7 @@ async def run_workers(
             procs.append(proc)
             job = {
                 "base_url": base_url, "model": model, "workload": workload, "api": api,
-                "request_timeout_s": request_timeout_s, "cap": cap_j,
+                "request_timeout_s": request_timeout_s, "cap": cap_j, "extra_body": extra_body,
                 "warm": [(i, prompts[i]) for i in warm],
                 "measured": [(i, prompts[i], offsets_ns[i - n_warm]) for i in meas],
             }
@@ -227,7 +228,7 @@ async def _work(job: dict, inp: BinaryIO, out: BinaryIO) -> None:
     cap, timeout_s = job["cap"], job["request_timeout_s"]
     async with loadgen._session(cap, timeout_s) as session:
         driver = loadgen._Driver(session, loadgen._url(job["base_url"], job["api"]), job["model"], workload,
-                                 job["api"], cap, timeout_s)
+                                 job["api"], cap, timeout_s, job.get("extra_body"))
         await driver.phase(warm)
         _write(out, ("warm",))
         msg = await asyncio.to_thread(_read, inp)
