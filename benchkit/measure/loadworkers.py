@@ -253,7 +253,8 @@ def main() -> int:
     inp = sys.stdin.buffer
     try:
         job = _read(inp)
-        asyncio.run(_work(job, inp, out))
+        with asyncio.Runner(loop_factory=loadgen.new_event_loop) as runner:
+            runner.run(_work(job, inp, out))
     except EOFError:
         return 0  # the parent went away: nothing to report to
     except BaseException:  # noqa: BLE001 - the parent gets every failure as a message
