@@ -201,8 +201,9 @@ def headroom(share: float, lag_p99_ms: float | None) -> ClientHeadroom:
     [
         (0.5, 1.0, None),
         (CLIENT_MAX_CORE_SHARE, CLIENT_MAX_LOOP_LAG_P99_MS, None),  # at the thresholds: fine
-        (0.97, 1.0, "97% of one core"),
-        (0.5, 12.0, "event-loop lag p99 12.00 ms"),
+        (0.97, 1.0, "97% of one core (> 90%); more client processes would help"),
+        (0.5, 12.0, "event-loop lag p99 12.00 ms (> 10 ms); while using only 50% of a core: the client was not "
+                    "scheduled"),
         (0.5, None, None),  # no lag samples: only the CPU share counts
     ],
 )

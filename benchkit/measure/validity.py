@@ -87,11 +87,16 @@ _ERROR_PREFIXES = (
 )
 
 #: `client_saturated` thresholds. One event loop runs on one core, so a client process near a full
-#: core delays every read behind the others. Event-loop lag is how late a timer due every 5 ms ran
-#: (`benchkit.measure.loadgen.LAG_INTERVAL_S`); its floor on an idle loop is 0.1-1 ms (the
-#: selector's timeout granularity), so the bound sits well above it.
+#: core delays every read behind the others (the issue's example bound: 90 % of one core).
+#: Event-loop lag is how late a timer due every 5 ms ran (`benchkit.measure.loadgen.LAG_INTERVAL_S`).
+#: Seen on the 2-core dev machine: 0.1-0.3 ms on an idle loop (the selector's timeout
+#: granularity); p99 of 4-8 ms while a vLLM CPU server kept both cores busy (a waking process
+#: waits up to one scheduler tick, 4 ms at 250 Hz); 50-110 ms during a fresh server's first
+#: requests of a new batch size and during a full garbage-collector pass of a large process (the
+#: latter is now avoided, see loadgen._Headroom). 10 ms lies above ordinary contention and at one
+#: TPOT of a fast GPU server, where late stamps start to change ITL figures.
 CLIENT_MAX_CORE_SHARE = 0.9
-CLIENT_MAX_LOOP_LAG_P99_MS = 5.0
+CLIENT_MAX_LOOP_LAG_P99_MS = 10.0
 
 #: Relative tolerance for output and input lengths (5 %), and the share of requests that must
 #: meet it (95 %), from MEASUREMENT.md.
@@ -161,8 +166,13 @@ def client_saturation(client: Any, max_core_share: float = CLIENT_MAX_CORE_SHARE
         problems.append(f"event-loop lag p99 {lag:.2f} ms (> {max_loop_lag_p99_ms:g} ms)")
     if not problems:
         return None
+    if share is not None and share <= max_core_share:
+        hint = (f"while using only {share:.0%} of a core: the client was not scheduled in time (the host's "
+                "CPUs were busy, e.g. a CPU inference server beside the client)")
+    else:
+        hint = "more client processes would help"
     return (f"client_saturated: over the window the load client ({procs} process{'es' if procs > 1 else ''}) "
-            + " and ".join(problems) + "; more client processes would help")
+            + " and ".join(problems) + f"; {hint}; TPOT and ITL may measure the client")
 
 
 def length_share_within(pairs: Sequence[tuple[float, float]], tolerance: float = LENGTH_TOLERANCE) -> float:
