@@ -291,3 +291,24 @@ def test_client_headroom_is_recorded_in_process():
     assert c.processes == 1 and c.cpu_s > 0 and 0 < c.max_core_share < 1.5
     assert c.per_process[0].lag_samples >= 5  # window >= 40 ms, one sample per 5 ms
     assert c.loop_lag_p99_ms is not None and c.loop_lag_p99_ms >= 0
+
+
+def _run_in_daemon(url: str, out) -> None:
+    wl = WorkloadSpec(num_prompts=4, concurrency=2, output_len=4)
+    res = run_load_sync(url, "synthetic", wl, prompts=prompts(6), processes=2)
+    out.put((res.client.processes, sum(log.ok for log in res.logs)))
+
+
+def test_several_processes_start_inside_a_daemonic_process():
+    """A Celery prefork worker is a daemonic process, which multiprocessing refuses to give
+    children; the client's workers are plain subprocesses, so they start there too."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=2)) as url:
+        proc = ctx.Process(target=_run_in_daemon, args=(url, out), daemon=True)
+        proc.start()
+        result = out.get(timeout=60)
+        proc.join(30)
+    assert result == (2, 6)
