@@ -5,6 +5,7 @@ import pytest
 
 from benchkit.specs import Limits, RunSpec, ServerConfig, WorkloadSpec
 from benchkit.sweeps.runner import NullHooks, execute_runs
+from benchkit.sweeps.runner import free_port as runner_free_port
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 
 
@@ -56,3 +57,53 @@ def test_unreachable_endpoint_fails_every_run_with_a_reason(tmp_path):
     outs = execute_runs([spec(url, 1), spec(url, 2)], [NullHooks(), NullHooks()], tmp_path)
     assert not outs[0].ok and outs[0].reason == "workload_error" and "Connect" in outs[0].message
     assert outs[1].reason == "not_run_server_died" and "earlier run" in outs[1].message
+
+
+def test_counter_restart_inside_the_window_leaves_no_figures_and_marks_suspect(tmp_path):
+    # request 0 is the warmup; the server "restarts" when measured request 2 (ordinal 2) arrives,
+    # and by the second reading it has counted past the first one: no counter went down
+    cfg = SyntheticConfig(ttft_ms=2, gap_ms=2, tokens_per_message=4, first_message_tokens=1, spec_k=3, restart_at=2)
+    with SyntheticServer(cfg) as url:
+        out = execute_runs([spec(url, 1)], [NullHooks()], tmp_path)[0]
+    assert out.ok, (out.reason, out.message)  # the run still counts ...
+    assert out.metrics.acceptance_length is None and out.spec_source == ""  # ... without acceptance figures
+    assert len(out.suspect_reasons) == 1 and out.suspect_reasons[0].startswith("counters_restarted: ")
+    assert "process_start_time_seconds moved" in out.suspect_reasons[0]
+    assert out.client_headroom["processes"] == 1 and out.client_headroom["cpu_s"] > 0
+
+
+def test_truncated_streams_count_in_the_error_rate(tmp_path):
+    cfg = SyntheticConfig(ttft_ms=2, gap_ms=2, tokens_per_message=4, failures={2: "truncate"}, early_eos_tokens=5)
+    with SyntheticServer(cfg) as url:
+        out = execute_runs([spec(url, 1)], [NullHooks()], tmp_path)[0]
+    assert not out.ok and out.reason == "error_rate_exceeded"
+    assert "1 of 4 measured requests failed: truncated_stream 1" in out.message
+
+
+@pytest.mark.vllm
+def test_real_vllm_runs_stream_completely_with_bounded_counters(demo_models, tmp_path):
+    """The load client and counter reader against vLLM's CPU build with a draft model (k=2, demo
+    weights): two runs on one server start. Every stream must end complete (no truncated_stream or
+    bad_stream), the counters must give in-bounds figures from one server life, and the client's
+    headroom is recorded. The demo weights are random, so only invariants are asserted."""
+    from benchkit.specs import RunSpec
+    from tests.realserver import tiny_sweep
+
+    specs = [RunSpec.from_dict(s.to_dict()) for s in tiny_sweep(demo_models, "stream", ["draft_model"],
+                                                                concurrency=[1, 2]).expand()]
+    port = runner_free_port(8300)
+    for s in specs:
+        s.server.num_speculative_tokens, s.port = 2, port
+    assert len(specs) == 2 and len({s.server_key() for s in specs}) == 1
+    outs = execute_runs(specs, [NullHooks() for _ in specs], tmp_path)
+    for out in outs:
+        assert out.ok, (out.reason, out.message)
+        measured = [log for log in out.logs if not log.warmup]
+        assert all(log.ok for log in measured), [log.error for log in measured if not log.ok]
+        assert not any(r.startswith(("counters_restarted", "acceptance_out_of_bounds")) for r in out.suspect_reasons)
+        sd = out.spec_decode
+        assert sd is not None and sd["num_drafts"] > 0
+        assert 0.0 <= sd["acceptance_rate"] <= 1.0 and 1.0 <= sd["acceptance_length"] <= 3.0
+        assert all(0.0 <= r <= 1.0 for r in sd["per_position_acceptance_rate"])
+        assert out.client_headroom["processes"] == 1 and out.client_headroom["cpu_s"] > 0
+    assert outs[0].teardown.get("clean") is True

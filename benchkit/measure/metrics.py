@@ -477,3 +477,37 @@ def distributions(logs: list[RequestLog], cap: int = DISTRIBUTION_CAP) -> dict[s
         "icl_ms": _cap([x for rm in done for x in rm.icl_ms], cap),
         "tokens_per_chunk": _cap([float(t) for rm in done for t in rm.tokens_per_chunk], cap),
     }
+
+
+#: A gap between two token-carrying messages below this (ms) means they reached the client in one
+#: read (or two reads back to back): a coalesced arrival (MEASUREMENT.md, "Coalesced arrivals").
+COALESCED_GAP_MS = 0.1
+#: Above this share of coalesced gaps, ITL / ICL medians mislead (they fall towards 0 while TPOT
+#: is normal); a page showing ITL should say so and point to TPOT.
+COALESCED_NOTE_SHARE = 0.2
+
+
+def coalesced_share(logs: list[RequestLog], gap_ms: float = COALESCED_GAP_MS) -> float | None:
+    """Share (0..1) of the ICL gaps (between consecutive token-carrying messages of completed,
+    measured requests) shorter than `gap_ms` (ms, default 0.1): how often several messages
+    arrived in one read. None when there are no gaps (every request had one message).
+
+    Source: MEASUREMENT.md, "Coalesced arrivals". Pure; warmup logs are ignored.
+    """
+    gaps = [g for rm in (request_metrics(log) for log in _measured(logs)) if rm.completed for g in rm.icl_ms]
+    if not gaps:
+        return None
+    return sum(1 for g in gaps if g < gap_ms) / len(gaps)
+
+
+def mean_decode_tokens_per_chunk(logs: list[RequestLog]) -> float | None:
+    """The client's estimate of acceptance length tau (tokens per target step): the mean tokens
+    per token-carrying message over completed, measured requests, leaving out each request's
+    FIRST message, which comes from prefill (one token, no draft step). Keeping it, as
+    MEASUREMENT.md's plain "mean tokens per chunk" does, biases the estimate low by up to
+    1 / (messages per request), enough to flag a sound short-output run. None without decode
+    messages. Coalesced arrivals (several steps in one read) bias it high.
+    """
+    chunks = [t for rm in (request_metrics(log) for log in _measured(logs)) if rm.completed
+              for t in rm.tokens_per_chunk[1:]]
+    return sum(chunks) / len(chunks) if chunks else None

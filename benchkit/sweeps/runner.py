@@ -67,8 +67,11 @@ class RunOutcome:
     `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
     what happened. `server_shared`: the run shared its server start with other runs.
     `metrics` holds the window's figures (benchkit.measure.metrics.WindowMetrics, the
-    speculative-decoding fields from the counter deltas); `spec_source` names the counters those
+    speculative-decoding fields from the counter deltas, None when the counters restarted or gave
+    figures out of bounds: then a suspect mark says so); `spec_source` names the counters those
     came from (`vllm`, `sglang`; empty without drafts); `distributions` the run page's samples.
+    `client_headroom`: the load client's CPU and event-loop lag over the window
+    (`dataclasses.asdict` of benchkit.measure.loadgen.ClientHeadroom).
     """
 
     ok: bool
@@ -90,6 +93,7 @@ class RunOutcome:
     teardown: dict[str, Any] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     server_shared: bool = False
+    client_headroom: dict[str, Any] = field(default_factory=dict)
 
 
 def free_port(start: int, attempts: int = 200) -> int:
@@ -267,6 +271,8 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
         return
     out.logs = result.logs
     out.window_start_ns, out.window_end_ns = result.window_start_ns, result.window_end_ns
+    if result.client is not None:
+        out.client_headroom = dataclasses.asdict(result.client)
     if server is not None and not server.alive():
         out.reason = "server_died"
         out.message = f"the server exited during the run (exit code {server.returncode})"
@@ -294,16 +300,19 @@ def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutc
     window = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
     out.metrics = window
     out.distributions = metrics.distributions(out.logs or [])
+    s, counter_error = spec.server, None
     try:
-        sd = counters.spec_decode_metrics(readings.get("before"), readings.get("after"))
-    except counters.CounterResetError as exc:  # the server restarted inside the window
-        out.reason, out.message = "counters_reset", str(exc)
-        return out
+        sd = counters.spec_decode_metrics(
+            readings.get("before"), readings.get("after"),
+            counters.max_accepted_per_step(s.method, s.num_speculative_tokens, s.tree_budget))
+    except counters.CounterWindowError as exc:  # restarted or out of bounds: no figures, a suspect mark
+        sd, counter_error = None, exc
     if sd is not None:
         out.metrics = window = window.with_spec_decode(sd.to_flat())
         out.spec_source = sd.source
     marks = validity.check_run(out.logs or [], window, ignore_eos=w.ignore_eos,
-                               max_error_rate=spec.limits.max_error_rate, teardown=out.teardown)
+                               max_error_rate=spec.limits.max_error_rate, teardown=out.teardown,
+                               counter_error=counter_error, client=out.client_headroom or None)
     out.suspect_reasons = [v.message for v in marks if not v.is_failure]
     violations = validity.failures(marks)
     out.violations = [(v.code, v.message) for v in violations]
