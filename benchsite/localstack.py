@@ -132,11 +132,23 @@ def stop_redis(var_dir: Path) -> bool:
     return bool(pid)
 
 
+def web_argv(web_addr: str, threads: int = 4) -> list[str]:
+    """gunicorn serving the site at `web_addr` (host:port), as README "Deploy" runs it: one
+    process with `threads` threads (the demo machine's cores are busy with the vLLM server),
+    static files through whitenoise, no control socket (gunicorn's default one is a single path
+    per user, so a second gunicorn would clash with it)."""
+    return [sys.executable, "-m", "gunicorn", "benchsite.wsgi:application", "--bind", web_addr,
+            "--workers", "1", "--threads", str(threads), "--timeout", "120", "--no-control-socket",
+            "--access-logfile", "-"]
+
+
 def service_argvs(host_name: str, web_addr: str, var_dir: Path) -> dict[str, list[str]]:
-    """The argv of each demo service, run with this interpreter."""
+    """The argv of each demo service, run with this interpreter. The web server is the one
+    production uses (gunicorn + whitenoise), so the demo exercises the deployed stack; the demo
+    is served over plain HTTP on loopback, where the HTTPS settings stay off (settings.HTTPS)."""
     py = sys.executable
     return {
-        "web": [py, "manage.py", "runserver", web_addr, "--noreload", "--insecure"],
+        "web": web_argv(web_addr),
         "worker": [py, "-m", "celery", "-A", "benchsite", "worker", "-Q", f"host.{host_name}", "-c", "1",
                    "-n", f"draftboard-{host_name}@%h", "--loglevel", "INFO"],
         "beat": [py, "-m", "celery", "-A", "benchsite", "beat", "--loglevel", "INFO",

@@ -9,6 +9,16 @@ Environment:
 - DRAFTBOARD_VAR_DIR: runtime state (database, logs, pid files, demo models). Default ./var.
 - DJANGO_SECRET_KEY (default: generated once into $DRAFTBOARD_VAR_DIR/secret_key), DJANGO_DEBUG,
   DJANGO_ALLOWED_HOSTS.
+- DJANGO_HTTPS: the site is served over HTTPS (directly or behind a TLS proxy). On: HTTP is
+  redirected to HTTPS, session and CSRF cookies are Secure, HSTS is sent. Default: on when
+  DJANGO_DEBUG is off and DJANGO_ALLOWED_HOSTS names any host other than this machine's own
+  loopback names, off otherwise (see "HTTPS" below for why not DEBUG alone).
+- DJANGO_HSTS_SECONDS (default 31536000), DJANGO_HSTS_INCLUDE_SUBDOMAINS (default on),
+  DJANGO_HSTS_PRELOAD (default off): HSTS, only with DJANGO_HTTPS on.
+- DJANGO_SECURE_PROXY_SSL_HEADER: behind a TLS proxy, the header it sets on HTTPS requests,
+  e.g. `X-Forwarded-Proto: https`. Set it only when that proxy is the only way in and it
+  overwrites the header (Django then trusts it to tell HTTPS from HTTP).
+- DJANGO_CSRF_TRUSTED_ORIGINS: extra origins for unsafe requests, e.g. https://draftboard.example.org:8443.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 
-from .env import ConfigError, env_bool, env_float, env_int, env_list, env_str
+from .env import ConfigError, env_bool, env_float, env_header, env_int, env_list, env_nonneg_int, env_origins, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DRAFTBOARD_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -63,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -117,6 +128,40 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("plotly", Path(plotly.__file__).parent / "package_data"),
 ]
+# whitenoise serves the static files from the app itself (gunicorn or any WSGI server, no web
+# server needed). Once `manage.py collectstatic` has filled STATIC_ROOT (README "Deploy") it
+# serves that, with gzip variants; while STATIC_ROOT is empty (the demo, tests, development)
+# straight from the folders above.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+STATIC_ROOT.mkdir(exist_ok=True)
+WHITENOISE_USE_FINDERS = not any(STATIC_ROOT.iterdir())
+
+# --- HTTPS (manage.py check --deploy) ---------------------------------------------------------
+# Whether the site is served over HTTPS is its own setting, not DEBUG: `make demo` runs with DEBUG
+# off on plain http://127.0.0.1:8765, where Secure cookies would never come back (no admin login)
+# and an HTTPS redirect would lead nowhere. The default follows where the site is reachable: only
+# through this machine's loopback names -> plain HTTP is fine; any other host name -> HTTPS, so a
+# deployment that names its host gets the secure settings unless it says DJANGO_HTTPS=0.
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1", "testserver"}
+HTTPS = env_bool("DJANGO_HTTPS", not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+_HSTS_VARS = ("DJANGO_HSTS_SECONDS", "DJANGO_HSTS_INCLUDE_SUBDOMAINS", "DJANGO_HSTS_PRELOAD")
+if not HTTPS and any(env_str(v) for v in _HSTS_VARS):
+    raise ConfigError(f"{', '.join(v for v in _HSTS_VARS if env_str(v))} set, but the site is not served "
+                      "over HTTPS (DJANGO_HTTPS is off); HSTS applies only with DJANGO_HTTPS=1")
+SECURE_HSTS_SECONDS = env_nonneg_int("DJANGO_HSTS_SECONDS", 31_536_000) if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS and env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = HTTPS and env_bool("DJANGO_HSTS_PRELOAD", False)
+SECURE_PROXY_SSL_HEADER = env_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+CSRF_TRUSTED_ORIGINS = env_origins("DJANGO_CSRF_TRUSTED_ORIGINS")
+# security.W021 asks for HSTS preload. Preloading consents to browsers' built-in HTTPS lists for
+# the whole domain, which is the deployer's choice (DJANGO_HSTS_PRELOAD=1), not a default.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 LOGIN_URL = "admin:login"
 
