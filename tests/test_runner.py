@@ -101,9 +101,9 @@ def test_real_vllm_runs_stream_completely_with_bounded_counters(demo_models, tmp
         measured = [log for log in out.logs if not log.warmup]
         assert all(log.ok for log in measured), [log.error for log in measured if not log.ok]
         assert not any(r.startswith(("counters_restarted", "acceptance_out_of_bounds")) for r in out.suspect_reasons)
-        sd = out.spec_decode
-        assert sd is not None and sd["num_drafts"] > 0
-        assert 0.0 <= sd["acceptance_rate"] <= 1.0 and 1.0 <= sd["acceptance_length"] <= 3.0
-        assert all(0.0 <= r <= 1.0 for r in sd["per_position_acceptance_rate"])
+        m = out.metrics
+        assert out.spec_source == "vllm" and m.spec_num_drafts > 0
+        assert 0.0 <= m.acceptance_rate <= 1.0 and 1.0 <= m.acceptance_length <= 3.0
+        assert all(0.0 <= r <= 1.0 for r in m.per_position_acceptance_rate)
         assert out.client_headroom["processes"] == 1 and out.client_headroom["cpu_s"] > 0
     assert outs[0].teardown.get("clean") is True
