@@ -46,6 +46,9 @@ class _DjangoHooks:
         self._last_progress = now
         Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
 
+    def server_started(self, pgid: int, tag: str) -> None:
+        """The managed server runs as group `pgid`, tagged `tag`; not recorded on the run yet."""
+
 
 def execute(run_id: int) -> Run:
     """Execute queued run `run_id` on a server of its own; see execute_group."""

@@ -3,8 +3,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.formats.common import ResultFileError
-from runs.services.imports import ImportOptionError, import_result_file
 from runs.services.hosts import HostNameError, get_or_create_host
+from runs.services.imports import ImportOptionError, import_result_file
 
 
 class Command(BaseCommand):
