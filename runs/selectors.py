@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.conf import settings
+from django.db.models import BooleanField, Case, Count, Q, QuerySet, Value, When
+from django.utils import timezone
 
 from benchkit.hosts.inventory import HostInventory
 from runs.models import HardwareSnapshot, Host, Run, RunState, Sweep
@@ -90,3 +93,12 @@ def latest_inventory(host: Host) -> HostInventory | None:
 def latest_snapshot(host: Host) -> HardwareSnapshot | None:
     """The host's newest hardware snapshot with its GPUs prefetched, or None."""
     return HardwareSnapshot.objects.filter(host=host).prefetch_related("gpus").order_by("-taken_at").first()
+
+
+def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
+    """Hosts by name, each annotated `worker_alive`: its worker's last heartbeat
+    (`Host.worker_seen_at`, written by runs.worker) is at most DRAFTBOARD_HEARTBEAT_TIMEOUT_S
+    seconds old. One query."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
+    alive = Case(When(worker_seen_at__gte=cutoff, then=Value(True)), default=Value(False), output_field=BooleanField())
+    return Host.objects.annotate(worker_alive=alive).order_by("name")
