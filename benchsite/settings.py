@@ -137,9 +137,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# A broker restart must not kill a benchmark that is running: the task goes on, its late ack
-# fails on the dead connection and the message comes back after visibility_timeout as a
-# recorded duplicate delivery.
+# A broker restart must not kill a benchmark that is running: the task goes on and is acked when
+# it ends (tests/test_faults.py restarts Redis mid-run); were that ack lost, the message would
+# come back after visibility_timeout as a recorded duplicate delivery, never a second run.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}

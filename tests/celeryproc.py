@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -111,7 +112,12 @@ class PrivateRedis:
         client.close()
 
     def stop(self) -> None:
-        localstack.stop_redis(self.dir)
+        """Stop it (SIGTERM) and delete its folder."""
+        pid = self.pid()
+        if localstack.stop_redis(self.dir) and pid:
+            wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+                     15, "redis to stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class CeleryProc:

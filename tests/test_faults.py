@@ -143,8 +143,12 @@ def test_worker_child_sigkill_mid_run(site):
                     lambda: f"run {b.pk} to finish\n" + site.logs())
     assert b.state == RunState.SUCCEEDED, (b.failure_reason, b.failure_message, site.logs())
     assert (_claims(a), _claims(b)) == (1, 1)  # nothing ran twice
+    # the killed task's message was requeued at the back of the queue (reject_on_worker_lost): it
+    # comes after run b's and is recorded as a duplicate delivery, never run again
+    cp.wait_for(lambda: RunTransition.objects.filter(run=a, note__startswith="duplicate delivery ignored").exists(),
+                30, lambda: "the requeued message of run a\n" + site.logs())
+    assert _claims(a) == 1
     notes = list(RunTransition.objects.filter(run=a).values_list("note", flat=True))
-    assert any(n.startswith("duplicate delivery ignored") for n in notes), notes  # the requeued message
     assert any("released 1 GPU lease" in n for n in notes), notes
     assert worker.proc.poll() is None  # the worker itself lives on
     seen = Host.objects.get(pk=site.host.pk).worker_seen_at  # the worker's own heartbeat (runs.worker)

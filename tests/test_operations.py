@@ -34,13 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 # --- the reaper --------------------------------------------------------------------------------
 
-def _active(run: Run, state: str = RunState.MEASURING, **claim) -> Run:
-    """Drive `run` to `state` with claim fields as execution writes them (overridable)."""
-    fields = {**supervision.claim_fields(600), **claim}
-    transition(run, RunState.PREFLIGHT, **fields)
-    for s in (RunState.STARTING, RunState.WARMING, RunState.MEASURING)[: [RunState.STARTING, RunState.WARMING,
-                                                                         RunState.MEASURING].index(state) + 1]:
-        transition(run, s)
+def _active(run: Run, **claim) -> Run:
+    """Claim `run` as execution does (this process, a 600 s bound; `claim` overrides those
+    fields) and drive it to measuring."""
+    transition(run, RunState.PREFLIGHT, **{**supervision.claim_fields(600), **claim})
+    for state in (RunState.STARTING, RunState.WARMING, RunState.MEASURING):
+        transition(run, state)
     return Run.objects.get(pk=run.pk)
 
 
@@ -145,6 +144,34 @@ def test_enqueue_records_when_each_run_was_sent(sent):
     before = timezone.now()
     enqueue_runs([r.pk for r in runs], "host.x")
     assert len(sent) == 2 and all(Run.objects.get(pk=r.pk).sent_at >= before for r in runs)
+
+
+def test_a_broker_lost_half_way_through_enqueueing_loses_no_run(monkeypatch, caplog):
+    from celery import current_app
+    from kombu.exceptions import OperationalError
+
+    from runs.services.dispatch import enqueue_runs
+
+    host = make_host("half")
+    sweep = make_sweep(host)
+    runs = [make_run(sweep, m) for m in ("auto", "linear", "ngram")]
+    delivered = []
+
+    def send_task(name, **kw):
+        if delivered:
+            raise OperationalError("Error 111 connecting to redis: Connection refused")
+        delivered.append(kw["args"][0])
+
+    monkeypatch.setattr(current_app, "send_task", send_task)
+    assert enqueue_runs([r.pk for r in runs], host.queue) == 1
+    assert "sent 1 of 3 run task(s)" in caplog.text
+    assert all(Run.objects.get(pk=r.pk).sent_at is not None for r in runs)  # all count as sent
+    resent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kw: resent.append(kw["args"][0]))
+    later = timezone.now() + timedelta(minutes=5)  # a marker sent once the broker was back
+    Run.objects.filter(pk=runs[0].pk).update(state=RunState.SUCCEEDED)  # the delivered one ran
+    assert supervision.reconcile(host, checkpoint=later) == [runs[1].pk, runs[2].pk]
+    assert resent == [[runs[1].pk], [runs[2].pk]]
 
 
 def test_reconciler_resends_only_runs_whose_message_is_gone(sent):

@@ -14,14 +14,18 @@ duplicate in the run's history.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from celery import current_app
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from benchkit.specs import RunSpec
 from runs.models import Run
 from runs.services.leases import total_limit_s
+
+log = logging.getLogger(__name__)
 
 #: The registered name of runs.tasks.execute_runs_task.
 EXECUTE_RUNS_TASK = "runs.execute_runs"
@@ -60,17 +64,28 @@ def server_groups(runs: list[Run], share_server: bool = True) -> list[list[int]]
     return groups
 
 
-def enqueue_runs(run_ids: list[int], queue: str, share_server: bool = True) -> None:
+def enqueue_runs(run_ids: list[int], queue: str, share_server: bool = True) -> int:
     """Send the runs to `queue` as execute-runs tasks, one per server group (call only after
-    the rows are committed). Each task has a soft time limit of its runs' summed bound
-    (leases.total_limit_s) and a hard one two minutes later."""
+    the rows are committed); returns how many tasks were sent. Each task has a soft time limit
+    of its runs' summed bound (leases.total_limit_s) and a hard one two minutes later.
+
+    Every run's `sent_at` is written before the first send, so when the broker goes away half-way
+    (the send raises after kombu's retries) nothing is lost: the failure is logged, the rest is
+    not sent, and the reconciler re-sends what did not arrive once a worker runs again."""
     runs = list(Run.objects.filter(pk__in=run_ids).only("id", "spec"))
     by_id = {r.pk: r for r in runs}
-    for group in server_groups(runs, share_server):
+    groups = server_groups(runs, share_server)
+    Run.objects.filter(pk__in=run_ids).update(sent_at=timezone.now())
+    for n, group in enumerate(groups):
         limit = sum(total_limit_s(RunSpec.from_dict(by_id[i].spec).limits) for i in group)
-        Run.objects.filter(pk__in=group).update(sent_at=timezone.now())
-        current_app.send_task(EXECUTE_RUNS_TASK, args=[group], queue=queue, soft_time_limit=limit,
-                              time_limit=limit + HARD_LIMIT_GRACE_S)
+        try:
+            current_app.send_task(EXECUTE_RUNS_TASK, args=[group], queue=queue, soft_time_limit=limit,
+                                  time_limit=limit + HARD_LIMIT_GRACE_S)
+        except (OperationalError, OSError) as exc:
+            log.warning("sent %d of %d run task(s) to %s, then the broker failed (%s); the reconciler re-sends "
+                        "the rest", n, len(groups), queue, exc)
+            return n
+    return len(groups)
 
 
 #: The hard time limit of a run task is its soft limit plus this (seconds): the soft limit lets

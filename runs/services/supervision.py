@@ -122,14 +122,17 @@ class Heartbeat:
 
 def process_alive(pid: int, claimed_at: datetime | None) -> bool:
     """True when `pid` on this machine is a live, non-zombie process that already existed at
-    `claimed_at` (a process created later reuses the number: the claimer is gone)."""
+    `claimed_at` (a process created later reuses the number: the claimer is gone). A process
+    psutil may not inspect counts as alive (never fail a live worker's run)."""
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
         return claimed_at is None or proc.create_time() <= claimed_at.timestamp() + 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    except psutil.NoSuchProcess:
         return False
+    except psutil.AccessDenied:
+        return True
 
 
 def verdict(run: Run, now: datetime, node: str | None = None) -> tuple[str, str] | None:
