@@ -273,8 +273,9 @@ def test_two_beats_and_a_resend_make_one_sweep(site, tmp_path):
     t0 = time.monotonic()
     for b in beats:
         cp.wait_for(lambda b=b: "Sending due task " + task.name in b.log(20000), 60, lambda b=b: b.log())
-    code = ("from celery import current_app as app; "
-            f"app.send_task('runs.start_sweep_from_file', kwargs={task.kwargs}, queue='host.{site.host_name}', "
+    code = ("import json; from celery import current_app as app; "
+            f"app.send_task('runs.start_sweep_from_file', kwargs=json.loads({task.kwargs!r}), "
+            f"queue='host.{site.host_name}', "
             f"headers={{'periodic_task_name': {task.name!r}}})")
     cp.manage(site.env, "shell", "-c", code)
     cp.wait_for(lambda: worker.log(50000).count("this send created nothing") >= 2, 60, worker.log)
