@@ -17,7 +17,7 @@ from runs.models import Host, Run, Sweep
 def sweep_list(request: HttpRequest) -> HttpResponse:
     """All sweeps, newest first, with run counts per state."""
     return render(request, "analysis/sweep_list.html", {"sweeps": selectors.sweep_list()[:200],
-                                                        "hosts": Host.objects.order_by("name")})
+                                                        "hosts": selectors.hosts_with_workers()})
 
 
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:

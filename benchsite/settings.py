@@ -194,9 +194,22 @@ LOCAL_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", env_str("REDIS_URL", f"redis+socket://{LOCAL_REDIS_SOCKET}"))
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+# Delivery (issue 11; runs.services.dispatch and supervision): a message is acked only after its
+# task ends (acks_late) and is requeued when the worker process executing it dies
+# (reject_on_worker_lost), so the runs of a group that were never claimed still run; the runs
+# that were claimed are never run twice (the claim is a conditional UPDATE) and the second
+# delivery is written in their history. The poison-message loop that reject_on_worker_lost can
+# cause elsewhere cannot happen here: a redelivered run is already claimed, so it is a no-op.
+# visibility_timeout must exceed the longest task (a group's summed bounds), else Redis hands a
+# running task's message out again (harmless, but noise); a message held by a worker that died
+# comes back only after it, which is why the reconciler, not the broker, re-sends lost runs.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A broker restart must not kill a benchmark that is running: the task goes on and is acked when
+# it ends (tests/test_faults.py restarts Redis mid-run); were that ack lost, the message would
+# come back after visibility_timeout as a recorded duplicate delivery, never a second run.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
@@ -209,3 +222,25 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("DRAFTBOARD_LOG_LEVEL", "INFO")},
 }
+
+# --- Run supervision (issue 11; runs.services.supervision), seconds ---------------------------
+DRAFTBOARD_HEARTBEAT_INTERVAL_S = env_int("DRAFTBOARD_HEARTBEAT_INTERVAL_S", 10)
+DRAFTBOARD_HEARTBEAT_TIMEOUT_S = env_int("DRAFTBOARD_HEARTBEAT_TIMEOUT_S", 60)
+DRAFTBOARD_SUPERVISE_INTERVAL_S = env_int("DRAFTBOARD_SUPERVISE_INTERVAL_S", 30)
+DRAFTBOARD_RECONCILE_MARGIN_S = env_int("DRAFTBOARD_RECONCILE_MARGIN_S", 30)
+for _name in ("DRAFTBOARD_HEARTBEAT_INTERVAL_S", "DRAFTBOARD_HEARTBEAT_TIMEOUT_S", "DRAFTBOARD_SUPERVISE_INTERVAL_S"):
+    if globals()[_name] < 1:
+        raise ConfigError(f"{_name}={globals()[_name]}: must be at least 1 (seconds)")
+if DRAFTBOARD_HEARTBEAT_TIMEOUT_S <= DRAFTBOARD_HEARTBEAT_INTERVAL_S:
+    raise ConfigError(f"DRAFTBOARD_HEARTBEAT_TIMEOUT_S={DRAFTBOARD_HEARTBEAT_TIMEOUT_S} must exceed "
+                      f"DRAFTBOARD_HEARTBEAT_INTERVAL_S={DRAFTBOARD_HEARTBEAT_INTERVAL_S}")
+
+# --- Least privilege (issue 11; runs.services.policy) -----------------------------------------
+# What a sweep entered on the web by a user who is not a superuser may put into a GPU host's
+# server environment and command line (resource knobs only; nothing that loads code or paths).
+DRAFTBOARD_SERVER_ENV_ALLOWLIST = env_list("DRAFTBOARD_SERVER_ENV_ALLOWLIST", [
+    "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE"])
+DRAFTBOARD_EXTRA_ARGS_ALLOWLIST = env_list("DRAFTBOARD_EXTRA_ARGS_ALLOWLIST", [
+    "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--enforce-eager",
+    "--mem-fraction-static", "--max-running-requests", "--chunked-prefill-size", "--cuda-graph-max-bs",
+    "--disable-cuda-graph"])

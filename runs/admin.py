@@ -1,9 +1,17 @@
 """Admin: every model registered with useful columns and filters; invalidate runs with a
-reason; clear a host's quarantine; enter a sweep as YAML."""
+reason; clear a host's quarantine; enter a sweep as YAML.
+
+Least privilege (issue 11): the three actions that change what runs or counts need their own
+permission (runs.invalidate_run, runs.clear_quarantine, runs.create_sweep; view-only staff get
+none of them), every action and view checks it again itself, a POST naming an action the user
+may not run is refused with 403, and a sweep's server.env and extra arguments must pass
+runs.services.policy.
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -13,7 +21,20 @@ from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.sweeps.sweepfile import SweepError
 from runs import models
 from runs.forms import AcknowledgeForm, InvalidateForm, SweepYamlForm
-from runs.services import dispatch, hosts, invalidation, regressions, sweeps
+from runs.services import dispatch, hosts, invalidation, policy, regressions, sweeps
+
+
+class ActionPermissions:
+    """Refuse (403) a changelist POST that names one of this admin's actions which the user may
+    not run. Django hides such actions, but a forged POST would only get "No action selected"."""
+
+    def changelist_view(self, request, extra_context=None):
+        name = request.POST.get("action") if request.method == "POST" else None
+        if name:
+            declared = {getattr(a, "__name__", a) for a in self.actions or []} | set(dict(self.admin_site.actions))
+            if name in declared and name not in self.get_actions(request):
+                raise PermissionDenied(f"you may not run the action {name!r}")
+        return super().changelist_view(request, extra_context)
 
 
 class AuditReadOnly:
@@ -30,14 +51,21 @@ class AuditReadOnly:
 
 
 @admin.register(models.Host)
-class HostAdmin(admin.ModelAdmin):
-    list_display = ("name", "quarantined", "quarantine_reason", "created_at")
+class HostAdmin(ActionPermissions, admin.ModelAdmin):
+    list_display = ("name", "quarantined", "quarantine_reason", "worker_name", "worker_seen_at", "created_at")
     list_filter = ("quarantined",)
     search_fields = ("name",)
     actions = ["clear_quarantine"]
+    # quarantine changes only through the action (its own permission), never by editing the row
+    readonly_fields = ("quarantined", "quarantine_reason", "quarantined_at", "worker_name", "worker_seen_at")
 
-    @admin.action(description="Clear quarantine (host takes runs again)")
+    def has_clear_quarantine_permission(self, request) -> bool:
+        return request.user.has_perm("runs.clear_quarantine")
+
+    @admin.action(description="Clear quarantine (host takes runs again)", permissions=["clear_quarantine"])
     def clear_quarantine(self, request, queryset):
+        if not self.has_clear_quarantine_permission(request):
+            raise PermissionDenied("clearing a quarantine needs the runs.clear_quarantine permission")
         n = hosts.clear_quarantine(queryset)
         self.message_user(request, f"cleared {n} host(s)")
 
@@ -80,11 +108,14 @@ class RunInline(admin.TabularInline):
 
 @admin.register(models.Sweep)
 class SweepAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "host", "is_demo", "created_at", "source", "dashboard")
+    list_display = ("name", "id", "host", "is_demo", "created_at", "created_by", "source", "dashboard")
     list_filter = ("host", "is_demo")
     search_fields = ("name", "description")
     inlines = [RunInline]
-    readonly_fields = ("spec", "source", "is_demo")
+    readonly_fields = ("host", "spec", "source", "is_demo", "created_by", "schedule", "window")
+
+    def has_create_sweep_permission(self, request) -> bool:
+        return request.user.has_perm("runs.create_sweep")
 
     def has_add_permission(self, request):
         return False  # sweeps are entered as YAML through "create from YAML" (see get_urls)
@@ -101,16 +132,27 @@ class SweepAdmin(admin.ModelAdmin):
                      name="runs_sweep_create_from_yaml")] + super().get_urls()
 
     def changelist_view(self, request, extra_context=None):
-        extra_context = {**(extra_context or {}), "create_url": reverse("admin:runs_sweep_create_from_yaml")}
+        if self.has_create_sweep_permission(request):
+            extra_context = {**(extra_context or {}), "create_url": reverse("admin:runs_sweep_create_from_yaml")}
         return super().changelist_view(request, extra_context)
 
     def create_from_yaml(self, request):
-        """Admin page: paste a sweep grid as YAML, pick a host, create (and enqueue) its runs."""
+        """Admin page: paste a sweep grid as YAML, pick a host, create (and enqueue) its runs.
+
+        Needs runs.create_sweep (403 otherwise); server.env and extra arguments outside the
+        settings' allowlists are refused (403, naming each) unless the user is a superuser."""
+        if not self.has_create_sweep_permission(request):
+            raise PermissionDenied("creating a sweep needs the runs.create_sweep permission")
         form = SweepYamlForm(request.POST or None)
+        status = 200
         if request.method == "POST" and form.is_valid():
             try:
                 sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
-                                            enqueue=form.cleaned_data["enqueue"])
+                                            enqueue=form.cleaned_data["enqueue"], user=request.user)
+            except policy.OverrideNotAllowed as exc:
+                for problem in exc.problems:
+                    form.add_error("grid", f"not allowed: {problem} (a superuser may set it)")
+                status = 403
             except (AllocationError, SweepError, dispatch.BrokerUnavailable) as exc:
                 form.add_error("grid", str(exc))
             else:
@@ -118,7 +160,7 @@ class SweepAdmin(admin.ModelAdmin):
                 return redirect("admin:runs_sweep_change", sweep.pk)
         ctx = {**self.admin_site.each_context(request), "form": form, "title": "Create a sweep from YAML",
                "opts": self.model._meta}
-        return render(request, "admin/runs/sweep_yaml.html", ctx)
+        return render(request, "admin/runs/sweep_yaml.html", ctx, status=status)
 
 
 class TransitionInline(admin.TabularInline):
@@ -129,7 +171,7 @@ class TransitionInline(admin.TabularInline):
 
 
 @admin.register(models.Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ActionPermissions, admin.ModelAdmin):
     list_display = ("id", "sweep", "method_label", "tp", "concurrency", "output_len", "state", "failure_reason",
                     "suspect", "output_tok_s", "engine", "host", "finished_at")
     list_filter = ("state", "failure_reason", "method", "tp", "concurrency", "engine", "host", "suspect",
@@ -146,14 +188,19 @@ class RunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # an invalidated run stays for audit
 
+    def has_invalidate_permission(self, request) -> bool:
+        return request.user.has_perm("runs.invalidate_run")
+
     @admin.display(description="output tok/s", ordering="metrics__output_throughput_tok_s")
     def output_tok_s(self, obj):
         m = getattr(obj, "metrics", None)
         return f"{m.output_throughput_tok_s:.1f}" if m and m.output_throughput_tok_s is not None else "—"
 
-    @admin.action(description="Invalidate selected runs (asks for a reason)")
+    @admin.action(description="Invalidate selected runs (asks for a reason)", permissions=["invalidate"])
     def invalidate(self, request, queryset):
         """Intermediate page asking for a reason; invalidated runs stay here but leave every chart."""
+        if not self.has_invalidate_permission(request):
+            raise PermissionDenied("invalidating runs needs the runs.invalidate_run permission")
         if "apply" in request.POST:
             form = InvalidateForm(request.POST)
             if form.is_valid():

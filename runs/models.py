@@ -17,13 +17,21 @@ from benchkit.methods import method_label
 
 
 class Host(models.Model):
-    """A machine that runs benchmarks; its Celery worker consumes the queue `host.<name>`."""
+    """A machine that runs benchmarks; its Celery worker consumes the queue `host.<name>`.
+
+    `worker_seen_at` is the last heartbeat of that worker (runs.worker writes it; the home page
+    shows the worker alive while it is recent, see selectors.hosts_with_workers)."""
 
     name = models.CharField(max_length=200, unique=True)
     quarantined = models.BooleanField(default=False)
     quarantine_reason = models.TextField(blank=True)
     quarantined_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    worker_name = models.CharField(max_length=200, blank=True, help_text="Celery node name of the last worker seen")
+    worker_seen_at = models.DateTimeField(null=True, blank=True, help_text="last heartbeat of the host's worker")
+
+    class Meta:
+        permissions = [("clear_quarantine", "Can clear a host's quarantine (it takes runs again)")]
 
     def __str__(self) -> str:
         return self.name
@@ -89,6 +97,10 @@ class Sweep(models.Model):
     spec = models.JSONField(default=dict)
     is_demo = models.BooleanField(default=False, help_text="runs use a demo model with random weights")
     created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True, help_text="user who entered it (admin); empty = a "
+                                  "command or a schedule")
+    schedule = models.CharField(max_length=200, blank=True, help_text="the periodic schedule that created it")
+    window = models.DateField(null=True, blank=True, help_text="UTC date of the schedule window it belongs to")
 
     class Meta:
         ordering = ["-created_at"]
@@ -97,6 +109,12 @@ class Sweep(models.Model):
             # previous one, the last N nights (runs.selectors.series_sweeps, latest_per_series)
             models.Index(fields=["host", "name", "-created_at"], name="sweep_series_latest"),
         ]
+        constraints = [
+            # one sweep per schedule window: a second beat send of the same night is refused
+            models.UniqueConstraint(fields=["schedule", "window"], condition=Q(window__isnull=False),
+                                    name="sweep_one_per_schedule_window"),
+        ]
+        permissions = [("create_sweep", "Can create sweeps from YAML (queues runs on GPU hosts)")]
 
     def __str__(self) -> str:
         return f"{self.name} #{self.pk}"
@@ -205,6 +223,16 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # delivery and supervision (runs.services.dispatch, runs.services.supervision)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="when its task was (last) handed to the broker")
+    worker_node = models.CharField(max_length=200, blank=True, help_text="machine of the worker that claimed it")
+    worker_pid = models.IntegerField(null=True, blank=True, help_text="pid of the worker process executing it")
+    server_pgid = models.IntegerField(null=True, blank=True, help_text="process-group id of its managed server")
+    server_tag = models.CharField(max_length=64, blank=True,
+                                  help_text="DRAFTBOARD_SERVER_TAG of its server start (shared by its server group)")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last heartbeat of the executing worker")
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="claim time + the runs' bound (run_timeout)")
+
     objects = RunQuerySet.as_manager()
 
     class Meta:
@@ -219,7 +247,10 @@ class Run(models.Model):
             # (runs.selectors.history_points with filters), without reading the other workloads
             models.Index(fields=["sweep", "output_len", "input_len", "concurrency"], name="run_history_workload",
                          condition=Q(state="succeeded")),
+            # the reaper (active runs of a host) and the reconciler (queued runs of a host)
+            models.Index(fields=["host", "state"], name="run_host_state"),
         ]
+        permissions = [("invalidate_run", "Can invalidate runs (they stay stored but leave every chart)")]
 
     def __str__(self) -> str:
         return f"run {self.pk} {self.method_label} tp{self.tp} c{self.concurrency}"

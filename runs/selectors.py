@@ -5,10 +5,13 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet, TextField
+from django.conf import settings
+from django.db.models import BooleanField, Case, Count, Max, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics
@@ -259,3 +262,10 @@ def series_regression_flags(host_id: int, name: str, sweep_ids: list[int]) -> li
     """The series' flags (open and acknowledged) raised on the nights `sweep_ids` (one query)."""
     return list(RegressionFlag.objects.filter(host_id=host_id, series=name, sweep_id__in=sweep_ids)
                 .order_by("sweep_id", "tp", "concurrency", "label"))
+def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
+    """Hosts by name, each annotated `worker_alive`: its worker's last heartbeat
+    (`Host.worker_seen_at`, written by runs.worker) is at most DRAFTBOARD_HEARTBEAT_TIMEOUT_S
+    seconds old. One query."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
+    alive = Case(When(worker_seen_at__gte=cutoff, then=Value(True)), default=Value(False), output_field=BooleanField())
+    return Host.objects.annotate(worker_alive=alive).order_by("name")

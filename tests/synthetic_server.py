@@ -34,14 +34,27 @@ Usage::
 
     with SyntheticServer(SyntheticConfig(ttft_ms=50, gap_ms=20, tokens_per_message=3)) as url:
         ...  # url == "http://127.0.0.1:PORT"
+
+As a managed server (a process draftboard starts and stops, like vLLM): `python -m
+tests.synthetic_server --port P [--ttft-ms 20 --gap-ms 10 --tokens-per-message 1]` serves in the
+foreground (`--ignore-sigterm`: as a hung server that only SIGKILL stops); unknown engine flags
+(`--seed`, `--served-model-name`, ...) are ignored. It first
+forks one child that inherits the listening socket and sleeps, the way an engine's worker
+processes share its process group: killing only the leader leaves the port held, so only a
+whole-group teardown frees it. The engine build `synthetic` (tests/fixtures/synthetic_flags.yaml,
+via DRAFTBOARD_ENGINE_FLAGS) launches it.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
+import signal
 import socket
 import string
+import sys
 import threading
 import time
 from array import array
@@ -108,9 +121,11 @@ class SyntheticServer:
     listen on this port (0: a free one), with SO_REUSEPORT so other processes can share it.
     """
 
-    def __init__(self, config: SyntheticConfig | None = None, port: int = 0, reuse_port: bool = False):
+    def __init__(self, config: SyntheticConfig | None = None, port: int = 0, reuse_port: bool = False,
+                 sock: socket.socket | None = None):
         self.config = config or SyntheticConfig()
         self.port, self.reuse_port = port, reuse_port
+        self._sock = sock  # a bound socket to serve on (default: a fresh one on `port`, 0 = free)
         self.requests: list[tuple[str, dict]] = []
         self.n_requests = 0
         self.sends: dict[str, list[tuple[int, array]]] = {}
@@ -145,11 +160,13 @@ class SyntheticServer:
             app.router.add_post("/detokenize", self._detokenize)
         self._runner = web.AppRunner(app, shutdown_timeout=0.2, access_log=None)
         await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if self.reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(("127.0.0.1", self.port))
+        sock = self._sock
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(("127.0.0.1", self.port))
         site = web.SockSite(self._runner, sock)
         await site.start()
         self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -332,3 +349,39 @@ class SyntheticServer:
         await resp.write(_sse("[DONE]"))
         await resp.write_eof()
         return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve in the foreground on `--port` (see the module docstring) until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--gap-ms", type=float, default=10.0)
+    parser.add_argument("--tokens-per-message", type=int, default=1)
+    parser.add_argument("--served-model-name", default="synthetic")
+    parser.add_argument("--no-fork-child", action="store_true", help="do not fork the socket-holding child")
+    parser.add_argument("--ignore-sigterm", action="store_true", help="leader and child ignore SIGTERM (a hung "
+                        "server: only SIGKILL stops it)")
+    args, _engine_flags = parser.parse_known_args(argv)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)
+    if not args.no_fork_child and os.fork() == 0:  # the "worker" child: holds the socket, sleeps
+        while True:
+            time.sleep(3600)
+    cfg = SyntheticConfig(ttft_ms=args.ttft_ms, gap_ms=args.gap_ms, tokens_per_message=args.tokens_per_message,
+                          model=args.served_model_name)
+    server = SyntheticServer(cfg, sock=sock)
+    server.start()
+    print(f"synthetic server pid {os.getpid()} on {server.base_url}", flush=True)
+    if not args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    main()

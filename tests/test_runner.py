@@ -51,12 +51,42 @@ def test_runs_with_different_servers_cannot_share(tmp_path):
         execute_runs([a, b], [NullHooks(), NullHooks()], tmp_path)
 
 
-def test_unreachable_endpoint_fails_every_run_with_a_reason(tmp_path):
+def test_dead_external_endpoint_is_not_ready_and_no_load_is_sent(tmp_path):
+    """Issue 11 item 7: an external endpoint is readiness-checked like a managed server; a dead
+    one ends `server_not_ready` (it used to end `workload_error` after trying to send load)."""
     with SyntheticServer() as url:
         pass  # closed again: nothing listens there now
-    outs = execute_runs([spec(url, 1), spec(url, 2)], [NullHooks(), NullHooks()], tmp_path)
-    assert not outs[0].ok and outs[0].reason == "workload_error" and "Connect" in outs[0].message
+    specs = [spec(url, 1), spec(url, 2)]
+    for s in specs:
+        s.limits.ready_timeout_s = 1.5
+    hooks = [Recorder(), Recorder()]
+    outs = execute_runs(specs, hooks, tmp_path)
+    assert not outs[0].ok and outs[0].reason == "server_not_ready", (outs[0].reason, outs[0].message)
+    assert "not ready after 2 s" in outs[0].message and "Connect" in outs[0].message
+    assert f"external endpoint {url}" in outs[0].message
     assert outs[1].reason == "not_run_server_died" and "earlier run" in outs[1].message
+    assert hooks[0].states == ["preflight", "starting"]  # never warmed up, never measured
+
+
+def test_external_endpoint_that_answers_late_is_waited_for(tmp_path, monkeypatch):
+    """Readiness polls until the endpoint answers (here /v1/models answers 503 twice first)."""
+    import httpx
+
+    calls = []
+    real_get = httpx.Client.get
+
+    def flaky_get(self, u, *a, **kw):
+        calls.append(u)
+        if len(calls) < 3:
+            return httpx.Response(503, request=httpx.Request("GET", u))
+        return real_get(self, u, *a, **kw)
+
+    monkeypatch.setattr(httpx.Client, "get", flaky_get)
+    with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=1)) as url:
+        out = execute_runs([spec(url, 1)], [NullHooks()], tmp_path)[0]
+    assert out.ok, (out.reason, out.message)
+    assert len(calls) == 3 and all(c.endswith("/v1/models") for c in calls)
+    assert out.timings_s["ready"] >= 2.0  # two polls one second apart
 
 
 def test_counter_restart_inside_the_window_leaves_no_figures_and_marks_suspect(tmp_path):

@@ -2,7 +2,8 @@
 
 Order (issue 2, MEASUREMENT.md): preflight (model and drafter paths, a real CUDA init in a
 child process and the device nodes, idle GPUs, free ports) -> start the server in its own
-process group (argv list) -> wait for readiness with a timeout -> for each run: warmup ->
+process group (argv list; an external endpoint is only checked) -> wait for readiness with a
+timeout -> for each run: warmup ->
 read the Prometheus counters -> measured window -> read the counters again -> then stop the
 whole process group and check the GPUs are free -> compute metrics and validity per run.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,8 +30,9 @@ from typing import Any, Protocol
 import httpx
 
 from benchkit.engines import adapters
-from benchkit.engines.server import ManagedServer, ServerStartError
+from benchkit.engines.server import ManagedServer, ServerStartError, wait_for_urls
 from benchkit.hosts import preflight
+from benchkit.hosts.teardown import SERVER_TAG_ENV
 from benchkit.measure import counters, loadgen, metrics, validity, workloads
 from benchkit.measure.logs import RequestLog
 from benchkit.measure.metrics import WindowMetrics
@@ -47,6 +50,10 @@ class RunHooks(Protocol):
     def progress(self, done: int, total: int) -> None:
         """`done` of `total` measured requests have finished."""
 
+    def server_started(self, pgid: int, tag: str) -> None:
+        """The managed server runs as process group `pgid`; its processes carry
+        SERVER_TAG_ENV=`tag` (a supervisor uses both to stop it if this process dies)."""
+
 
 class NullHooks:
     """Hooks that do nothing (command-line use)."""
@@ -55,6 +62,9 @@ class NullHooks:
         pass
 
     def progress(self, done: int, total: int) -> None:  # noqa: D102
+        pass
+
+    def server_started(self, pgid: int, tag: str) -> None:  # noqa: D102
         pass
 
 
@@ -140,8 +150,14 @@ def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | No
     return execute_runs([spec], [hooks or NullHooks()], workdir)[0]
 
 
-def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | None = None) -> list[RunOutcome]:
+def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | None = None,
+                 server_tag: str = "") -> list[RunOutcome]:
     """Run every spec on ONE server start, in order, and return one outcome per spec.
+
+    A managed server is started with SERVER_TAG_ENV=`server_tag` (default: a fresh random
+    value) in its environment, and every hook's `server_started(pgid, tag)` is called once it
+    runs. An external endpoint (engine `external`) must answer its readiness URL within the
+    ready timeout, else the first run fails `server_not_ready` (not `workload_error`).
 
     All specs must have the same `RunSpec.server_key()` (ValueError otherwise). The prefix cache is
     reset before each run after the first (vLLM `/reset_prefix_cache`, SGLang
@@ -171,7 +187,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             port = first.port or free_port(8100)
             _preflight(first, adapter, port)
             argv = adapter.build_argv(s, port, python=sys.executable, seed=first.workload.seed)
-            env = adapter.env(first.gpus, server=s)
+            env = {**adapter.env(first.gpus, server=s), SERVER_TAG_ENV: server_tag or uuid.uuid4().hex}
             base_url = f"http://127.0.0.1:{port}"
     except preflight.PreflightError as exc:
         return _fail_all(outs, exc.code, exc.message)
@@ -190,8 +206,13 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
         if s.engine != "external":
             server = ManagedServer(argv, env, workdir / "server.log")
             server.start()
+            for hook in hooks:
+                hook.server_started(server.pgid, env[SERVER_TAG_ENV])
             ready_s = server.wait_ready(adapter.ready_urls(base_url), first.limits.ready_timeout_s)
-            outs[0].timings_s["ready"] = ready_s
+        else:  # someone else's server: nothing to start, but it must answer before any load
+            ready_s = wait_for_urls(adapter.ready_urls(base_url), first.limits.ready_timeout_s,
+                                    where=f"external endpoint {base_url}")
+        outs[0].timings_s["ready"] = ready_s
         for i, (spec, hook, out) in enumerate(zip(specs, hooks, outs, strict=True)):
             if i > 0:
                 hook.state("preflight", note="shares the server of the run before it")
