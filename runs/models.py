@@ -169,6 +169,8 @@ class Run(models.Model):
     server_env = models.JSONField(default=dict, blank=True)
     server_log_tail = models.TextField(blank=True)
     server_shared = models.BooleanField(default=False)
+    server_port = models.PositiveIntegerField(null=True, blank=True, help_text="the server's main TCP port "
+                                              "(pinned in the sweep file, or chosen free at start)")
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

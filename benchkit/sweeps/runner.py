@@ -65,7 +65,9 @@ class RunOutcome:
     `ok` is True only when the run counts (MEASUREMENT.md "When a run does not count");
     otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
     `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
-    what happened. `server_shared`: the run shared its server start with other runs.
+    what happened. `server_shared`: the run shared its server start with other runs. `port`:
+    the server's main port (the sweep's pinned one, or the free one chosen at start; None for
+    an external server or when preflight failed before a port was chosen).
     `metrics` holds the window's figures (benchkit.measure.metrics.WindowMetrics, the
     speculative-decoding fields from the counter deltas); `spec_source` names the counters those
     came from (`vllm`, `sglang`; empty without drafts); `distributions` the run page's samples.
@@ -90,19 +92,26 @@ class RunOutcome:
     teardown: dict[str, Any] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     server_shared: bool = False
+    port: int | None = None
 
 
-def free_port(start: int, attempts: int = 200) -> int:
-    """First port >= `start` that preflight.check_port_free accepts (a real bind).
+def choose_port(adapter: adapters.EngineAdapter, start: int | None = None, attempts: int = 200) -> int:
+    """A main port for a server of `adapter`'s engine, chosen now: the first p >= `start`
+    (default: the engine's usual port, benchkit.engines.catalog) such that every port of
+    `adapter.port_span(p)` (the main port and those the engine derives from it, e.g. SGLang's
+    p + 233 ...) passes preflight.check_port_free (a real bind on 127.0.0.1 and 0.0.0.0).
 
-    Raises RuntimeError when none is found in `attempts` tries."""
-    for port in range(start, start + attempts):
+    Raises RuntimeError when none of `attempts` candidates is free."""
+    first = start if start is not None else (adapter.default_port or 8000)
+    for port in range(first, first + attempts):
         try:
-            preflight.check_port_free(port)
+            for p in adapter.port_span(port) or [port]:
+                preflight.check_port_free(p)
             return port
-        except preflight.PreflightError:
+        except (preflight.PreflightError, ValueError):
             continue
-    raise RuntimeError(f"no free port in {start}..{start + attempts - 1}")
+    raise RuntimeError(f"no free port for {adapter.name} in {first}..{first + attempts - 1} "
+                       f"(each with its derived ports {adapter.port_span(first)})")
 
 
 def _preflight(spec: RunSpec, adapter: adapters.EngineAdapter, port: int) -> None:
@@ -161,10 +170,11 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     try:
         adapter = adapters.adapter_for(s.engine)
         version = adapter.version(sys.executable)
+        port = None
         if s.engine == "external":
             base_url, argv, env = s.endpoint_url.rstrip("/"), [], {}
         else:
-            port = first.port or free_port(8100)
+            port = first.port if first.port is not None else choose_port(adapter)
             _preflight(first, adapter, port)
             argv = adapter.build_argv(s, port, python=sys.executable, seed=first.workload.seed)
             env = adapter.env(first.gpus, server=s)
@@ -174,6 +184,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     except (adapters.EngineConfigError, RuntimeError, OSError) as exc:
         return _fail_all(outs, "config_error", str(exc))
     for out in outs:
+        out.port = port
         out.engine_version = version.get("version") or ""
         out.engine_commit = version.get("git_commit") or ""
         out.argv, out.env = argv, env

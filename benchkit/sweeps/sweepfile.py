@@ -10,7 +10,7 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     engine_build: ""                 # default build (key into engine_flags.yaml `builds`)
     model: /models/Qwen3.5-27B       # target model dir or name; "{demo_target}" style placeholders
     drafter: /models/...-DFlash      # default drafter of the methods that need one
-    port: 30000                      # default: the engine's usual port
+    port: 30000                      # pin the server's port (else a free one is chosen at run time)
     server: {dtype, max_model_len, load_format, served_model_name, prefix_caching,
              extra_args, env, endpoint_url, is_demo_model}
     grid:
@@ -65,7 +65,7 @@ from benchkit.configfile import (
     yaml_problem,
 )
 from benchkit.engines.adapters import EngineConfigError, adapter_for
-from benchkit.engines.catalog import DEFAULT_PORTS, LAUNCHED_ENGINES, EngineName
+from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
@@ -395,7 +395,6 @@ class SweepSpec:
         runs: list[RunSpec] = []
         g = self.grid
         demo = bool(self.server.get("is_demo_model")) or is_demo_model(self.model)
-        port = self.port if self.port is not None else DEFAULT_PORTS[self.engine]
         for tp, variant in itertools.product(g["tp"], g["methods"]):
             prefix = variant.prefix_caching
             if prefix is None:
@@ -437,7 +436,7 @@ class SweepSpec:
                             server=copy.deepcopy(server),
                             workload=workload,
                             gpus=list(assign_gpus(tp)) if assign_gpus else [],
-                            port=port,
+                            port=self.port,
                             repeat_index=rep,
                             limits=Limits(**self.limits),
                         )

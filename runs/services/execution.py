@@ -126,6 +126,7 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     """
     common = dict(
         server_shared=outcome.server_shared,
+        server_port=outcome.port,
         argv=outcome.argv,
         server_env=outcome.env,
         server_log_tail=outcome.server_log_tail[-20000:],
