@@ -139,6 +139,10 @@ class Run(models.Model):
     engine_build = models.CharField(max_length=100, blank=True)
     engine_version = models.CharField(max_length=100, blank=True)
     engine_commit = models.CharField(max_length=64, blank=True)
+    provenance = models.JSONField(
+        default=dict, blank=True,
+        help_text="what the engine's own environment said about itself (benchkit.engines.environment."
+                  "check_engine_env): build, launcher, distribution, version, git commit, torch, CUDA")
     model = models.CharField(max_length=500)
     drafter = models.CharField(max_length=500, blank=True)
     is_demo_model = models.BooleanField(default=False)
