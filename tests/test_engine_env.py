@@ -392,3 +392,21 @@ def test_a_missing_image_fails_before_any_start(tmp_path, monkeypatch, fake_dock
     assert f"{docker} pull standin:1" in out.message
     assert out.provenance["version"] is None and out.provenance["version_error"] == out.message
     assert not (state / "containers").exists()
+
+
+def test_the_example_builds_file_turns_into_launches():
+    example = Path(__file__).resolve().parents[1] / "docs" / "engine-builds-example.yaml"
+    sgl, vllm = adapter_for("sglang", flags_file=example), adapter_for("vllm", flags_file=example)
+    gpus = [GpuRef(0, "GPU-a"), GpuRef(1, "GPU-b")]
+    ddtree = dict(engine="sglang", model="/m", drafter="/d", method="ddtree", tree_budget=16, tp=2)
+    venv = sgl.launch(ServerConfig(**ddtree, engine_build="sglang-ddtree-pr"), 30000, gpus)
+    assert venv.argv[:2] == ["/opt/sglang-ddtree/bin/python", "-m"] and "--speculative-ddtree-budget" in venv.argv
+    docker = sgl.launch(ServerConfig(**ddtree, engine_build="sglang-ddtree-docker"), 30000, gpus)
+    assert docker.argv[docker.argv.index("--gpus") + 1] == '"device=GPU-a,GPU-b"'
+    assert ["-v", "/d:/d:ro", "localhost/sglang-ddtree:pr", "python3", "-m", "sglang.launch_server"] == \
+        docker.argv[docker.argv.index("/m:/m:ro") + 1:][:6]
+    podman = sgl.launch(ServerConfig(**ddtree, engine_build="sglang-ddtree-podman"), 30000, gpus)
+    assert podman.argv.count("--device") == 2 and "nvidia.com/gpu=GPU-b" in podman.argv
+    numa = vllm.launch(ServerConfig(engine="vllm", model="/m", engine_build="vllm-conda-numa0"), 8000, gpus)
+    assert numa.argv[:5] == ["numactl", "--cpunodebind=0", "--membind=0", "/opt/conda/envs/vllm/bin/python", "-m"]
+    assert numa.env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b" and numa.container_name == ""

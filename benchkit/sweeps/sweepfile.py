@@ -67,6 +67,8 @@ from benchkit.configfile import (
 from benchkit.engines.adapters import EngineConfigError, adapter_for
 from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
+from benchkit.hosts.allocation import Allocation, plan_sweep_gpus
+from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 
@@ -443,6 +445,16 @@ class SweepSpec:
                     )
         return runs
 
+    def expand_on(self, inventory: HostInventory | None) -> tuple[dict[int, Allocation], list[RunSpec]]:
+        """The runs with their GPUs planned from a host's inventory: (TP degree -> Allocation,
+        `expand()` with every run of one TP degree on that degree's GPUs). Without an inventory
+        no GPUs are planned ({} and runs with `gpus` []). Raises AllocationError when the host
+        cannot hold a TP degree or a pinned GPU (benchkit.hosts.allocation.plan_sweep_gpus)."""
+        if inventory is None:
+            return {}, self.expand()
+        plan = plan_sweep_gpus(inventory, self.grid["tp"], self.pinned_gpus)
+        return plan, self.expand(assign_gpus=lambda tp: plan[tp].gpu_refs())
+
     def to_dict(self) -> dict[str, Any]:
         """The sweep as plain JSON-ready data (the parsed file, placeholders substituted)."""
         return copy.deepcopy(self.raw)
@@ -523,7 +535,8 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
 
 
 def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
-    """Every (method, build) must be defined in the engine flags file for the engine."""
+    """Every (method, build) must be defined in the engine flags file for the engine, and the
+    build's environment (`python`, `launcher`) must be well formed."""
     if sf.engine not in LAUNCHED_ENGINES:
         return
     try:
@@ -532,8 +545,9 @@ def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]
         raise SweepError(source, None, "engine", str(exc)) from None
     for i, variant in variants:
         try:
-            adapter.method_entry(variant.method, variant.engine_build if variant.engine_build is not None
-                                 else sf.engine_build)
+            build = variant.engine_build if variant.engine_build is not None else sf.engine_build
+            adapter.method_entry(variant.method, build)
+            adapter.build_env(build)
         except EngineConfigError as exc:
             line, shown = locate(data, ("grid", "methods", i))
             raise SweepError(source, line, format_field(shown), str(exc)) from None
