@@ -41,11 +41,12 @@ def flags_file(path: Path, engine: str = "vllm", python: str | None = None, buil
 
 
 def make_venv(root: Path) -> Path:
-    """A second virtualenv (`python -m venv --without-pip`, no system site-packages) holding the
-    stand-in engine as the installed distribution DIST_NAME DIST_VERSION (package files plus a
-    .dist-info with METADATA, top_level.txt and RECORD). Returns its interpreter."""
+    """A second virtualenv (`python -m venv --without-pip --copies`, no system site-packages; its
+    interpreter is a copy, so /proc/PID/exe of its processes names it and not draftboard's)
+    holding the stand-in engine as the installed distribution DIST_NAME DIST_VERSION (package
+    files plus a .dist-info with METADATA, top_level.txt and RECORD). Returns its interpreter."""
     venv = root / "engine-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True, timeout=60).stdout.strip())

@@ -14,8 +14,9 @@ Answers, on 127.0.0.1 (or --host) and --port:
 - `POST /reset_prefix_cache`, `POST /flush_cache`: 200.
 
 Timing: first message STANDIN_TTFT_MS after the request (default 5), then one message every
-STANDIN_GAP_MS (default 2). The process writes its pid, executable and environment's
-CUDA_VISIBLE_DEVICES to the file named by STANDIN_REPORT (when set), one JSON line per start.
+STANDIN_GAP_MS (default 2). The process writes its pid, `sys.executable`, the kernel's
+`/proc/self/exe`, its port and CUDA_VISIBLE_DEVICES to the file named by STANDIN_REPORT (when
+set), one JSON line per start.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     report = os.environ.get("STANDIN_REPORT")
     if report:
         with open(report, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"pid": os.getpid(), "executable": sys.executable, "port": args.port,
+            exe = os.readlink("/proc/self/exe") if os.path.exists("/proc/self/exe") else None
+            fh.write(json.dumps({"pid": os.getpid(), "executable": sys.executable, "proc_exe": exe, "port": args.port,
                                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
     asyncio.run(_serve(args.host, args.port, State(args.served_model_name or args.model, spec_k)))
 
