@@ -8,6 +8,7 @@ import dataclasses
 import errno
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import socket
@@ -22,7 +23,7 @@ import pytest
 from benchkit.engines.adapters import adapter_for
 from benchkit.engines.environment import check_engine_env
 from benchkit.engines.flags import EngineConfigError
-from benchkit.engines.server import ManagedServer
+from benchkit.engines.server import ManagedServer, ServerStartError
 from benchkit.hosts.preflight import PreflightError
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 from benchkit.sweeps.runner import choose_port, execute_run
@@ -45,27 +46,6 @@ def hold(port: int = 0) -> socket.socket | None:
 
 
 @pytest.fixture
-def taken_default_ports(monkeypatch):
-    """vLLM's and SGLang's default ports moved to ports this test holds (as if another program
-    listened on 8000 / 30000), so that the test never takes 8000 from other tests of this shared
-    machine. Yields {engine: held socket}."""
-    from benchkit.engines import adapters
-
-    held = {}
-    for engine in ("vllm", "sglang"):
-        while True:
-            s = hold()
-            if s.getsockname()[1] + 239 < 65536:
-                break
-            s.close()
-        held[engine] = s
-        monkeypatch.setitem(adapters.DEFAULT_PORTS, engine, s.getsockname()[1])
-    yield held
-    for s in held.values():
-        s.close()
-
-
-@pytest.fixture
 def standin_flags(tmp_path, monkeypatch):
     """vLLM's flags launch the stand-in engine (draftboard's interpreter finds it on PYTHONPATH)."""
     monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(standin.flags_file(tmp_path / "flags.yaml")))
@@ -81,35 +61,73 @@ def standin_spec(root, port=None, method="auto", **server) -> RunSpec:
         port=port, limits=Limits(ready_timeout_s=60, request_timeout_s=30, stop_timeout_s=10))
 
 
-def test_choose_port_skips_a_taken_default_port_and_checks_derived_ports_together(taken_default_ports):
+def test_choose_port_takes_a_kernel_free_port_whose_derived_ports_are_free(monkeypatch):
+    from benchkit.sweeps import runner
+
     vllm, sgl = adapter_for("vllm"), adapter_for("sglang")
-    default = vllm.default_port
-    assert default == taken_default_ports["vllm"].getsockname()[1]
     p = choose_port(vllm)
-    assert default < p < default + 200
-    # SGLang: a main port whose derived port (port + 233, its dist-init port) is taken is skipped
-    start = choose_port(sgl, start=sgl.default_port + 1)
-    derived = hold(start + 233)
+    assert p != vllm.default_port and hold(p) is not None  # free (and not 8000: the kernel's range)
+    # SGLang: a candidate whose derived port (port + 233, its dist-init port) is taken is skipped
+    first, second = choose_port(sgl), None
+    while second in (None, first):
+        second = choose_port(sgl)
+    derived = hold(first + 233)
+    candidates = iter([first, second])
+    monkeypatch.setattr(runner, "_kernel_free_port", lambda: next(candidates))
     try:
-        q = choose_port(sgl, start=start)
+        q = choose_port(sgl)
     finally:
         if derived:
             derived.close()
-    assert derived is None or q != start
+    assert q == (second if derived else first)
     for port in sgl.port_span(q):
         s = hold(port)
         assert s is not None, f"derived port {port} is taken"
         s.close()
+    monkeypatch.setattr(runner, "_kernel_free_port", lambda: first)
+    held = hold(first)
+    try:
+        with pytest.raises(RuntimeError, match="no free port for sglang in 3 tries"):
+            choose_port(sgl, attempts=3)
+    finally:
+        held.close()
 
 
-def test_unpinned_run_gets_a_free_port_when_the_default_is_taken(standin_flags, taken_default_ports):
+def test_unpinned_run_gets_a_free_port_recorded_with_the_run(standin_flags):
     spec = standin_spec(standin_flags)
     out = execute_run(spec, workdir=standin_flags / "w")
     assert out.ok, (out.reason, out.message, out.server_log_tail)
-    assert out.port not in (None, taken_default_ports["vllm"].getsockname()[1])
+    assert out.port is not None and out.port != adapter_for("vllm").default_port
     assert out.argv[out.argv.index("--port") + 1] == str(out.port)
     assert spec.port is None  # the chosen port is recorded with the run, not written into the spec
     assert standin.standin_pids() == []
+
+
+def test_a_port_taken_by_another_program_after_it_was_chosen_is_port_in_use(tmp_path):
+    """The readiness check may be answered by whoever listens on the port: the runner checks that
+    the listener is in the server's process group."""
+    from benchkit.sweeps.runner import _check_listener
+
+    foreign = hold()
+    port = foreign.getsockname()[1]
+    server = ManagedServer([sys.executable, "-c", "import time; time.sleep(60)"], None, tmp_path / "a.log")
+    server.start()
+    try:
+        with pytest.raises(ServerStartError) as err:
+            _check_listener(server, port)
+        assert err.value.code == "port_in_use" and f"pid(s) [{os.getpid()}]" in err.value.message
+    finally:
+        server.stop(5)
+        foreign.close()
+    port = choose_port(adapter_for("vllm"))
+    own = ManagedServer([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], None,
+                        tmp_path / "b.log")
+    own.start()
+    try:
+        own.wait_ready([f"http://127.0.0.1:{port}/"], timeout_s=30, poll_s=0.1)
+        _check_listener(own, port)  # its own listener: no error
+    finally:
+        own.stop(5)
 
 
 def test_pinned_port_is_used_as_given_and_a_taken_one_fails(standin_flags):
@@ -120,7 +138,7 @@ def test_pinned_port_is_used_as_given_and_a_taken_one_fails(standin_flags):
     finally:
         s.close()
     assert not out.ok and out.reason == "port_in_use" and str(taken) in out.message
-    free = choose_port(adapter_for("vllm"), start=taken + 1)
+    free = choose_port(adapter_for("vllm"))
     out = execute_run(standin_spec(standin_flags, port=free), workdir=standin_flags / "w2")
     assert out.ok, (out.reason, out.message)
     assert out.port == free

@@ -128,22 +128,27 @@ class Launch:
 
     def stop_outside(self, timeout_s: float) -> dict[str, Any]:
         """Stop what the launch started outside the server's process group and say whether it is
-        gone: for a container, `RUNTIME stop -t S NAME` (S = `timeout_s`, the runtime then
-        kills it), then `RUNTIME container inspect NAME` (gone: no such container, or not
-        running). Returns {} without a container, else {"argv", "returncode", "output",
-        "running_after", "clean"}. Never raises."""
+        gone: for a container, `stop_container` on its name. Returns {} without a container, else
+        {"argv", "returncode", "output", "running_after", "clean"}. Never raises."""
         if not self.container_name or not self.build_env.container:
             return {}
-        runtime = self.build_env.container["runtime"]
-        argv = [runtime, "stop", "-t", str(max(int(timeout_s), 0)), self.container_name]
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + RUNTIME_SLACK_S)
-            returncode, output = proc.returncode, (proc.stdout + proc.stderr).strip()[-2000:]
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            returncode, output = None, f"{type(exc).__name__}: {exc}"
-        running = container_running(runtime, self.container_name)
-        return {"argv": argv, "returncode": returncode, "output": output, "running_after": running,
-                "clean": running is False}
+        return stop_container(self.build_env.container["runtime"], self.container_name, timeout_s)
+
+
+def stop_container(runtime: str, name: str, timeout_s: float) -> dict[str, Any]:
+    """`RUNTIME stop -t S NAME` (S = `timeout_s`: the runtime sends SIGTERM, then SIGKILL after
+    S seconds), then `RUNTIME container inspect NAME` to see it gone (no such container, or not
+    running). Returns {"argv", "returncode" (None when it could not run), "output" (last 2000
+    characters), "running_after" (container_running), "clean"}. Never raises."""
+    argv = [runtime, "stop", "-t", str(max(int(timeout_s), 0)), name]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + RUNTIME_SLACK_S)
+        returncode, output = proc.returncode, (proc.stdout + proc.stderr).strip()[-2000:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        returncode, output = None, f"{type(exc).__name__}: {exc}"
+    running = container_running(runtime, name)
+    return {"argv": argv, "returncode": returncode, "output": output, "running_after": running,
+            "clean": running is False}
 
 
 def container_running(runtime: str, name: str) -> bool | None:
@@ -404,6 +409,8 @@ def check_engine_env(launch: Launch, timeout_s: float = PROBE_TIMEOUT_S) -> dict
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=_probe_env(launch),
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
+        if be.container and launch.container_name:  # the runtime's client was killed; its container was not
+            stop_container(be.container["runtime"], f"{launch.container_name}-probe", 10)
         raise PreflightError(ENGINE_ENV_ERROR, f"{where}: the environment probe did not finish within "
                                                f"{timeout_s:g} s") from None
     except OSError as exc:

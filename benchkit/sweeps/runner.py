@@ -23,6 +23,8 @@ here raises for a benchmark failure and no server process is left behind.
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import psutil
 
 from benchkit.engines import adapters, environment
 from benchkit.engines.server import ManagedServer, ServerStartError
@@ -104,23 +107,55 @@ class RunOutcome:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def choose_port(adapter: adapters.EngineAdapter, start: int | None = None, attempts: int = 200) -> int:
-    """A main port for a server of `adapter`'s engine, chosen now: the first p >= `start`
-    (default: the engine's usual port, benchkit.engines.catalog) such that every port of
+def choose_port(adapter: adapters.EngineAdapter, attempts: int = 100) -> int:
+    """A main port for a server of `adapter`'s engine, chosen now: a port the kernel hands out as
+    free (a bind to port 0 on 127.0.0.1, so two workers on one host, or another program that
+    uses an engine's default port, rarely pick the same one), kept only when every port of
     `adapter.port_span(p)` (the main port and those the engine derives from it, e.g. SGLang's
     p + 233 ...) passes preflight.check_port_free (a real bind on 127.0.0.1 and 0.0.0.0).
 
-    Raises RuntimeError when none of `attempts` candidates is free."""
-    first = start if start is not None else (adapter.default_port or 8000)
-    for port in range(first, first + attempts):
+    Raises RuntimeError when none of `attempts` candidates is free with its derived ports."""
+    for _ in range(attempts):
+        port = _kernel_free_port()
         try:
             for p in adapter.port_span(port) or [port]:
                 preflight.check_port_free(p)
             return port
         except (preflight.PreflightError, ValueError):
             continue
-    raise RuntimeError(f"no free port for {adapter.name} in {first}..{first + attempts - 1} "
-                       f"(each with its derived ports {adapter.port_span(first)})")
+    raise RuntimeError(f"no free port for {adapter.name} in {attempts} tries (each with the ports the engine "
+                       "derives from it)")
+
+
+def _kernel_free_port() -> int:
+    """A port the kernel hands out as free now (bind to 127.0.0.1:0, then close)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _check_listener(server: ManagedServer, port: int) -> None:
+    """Raise ServerStartError `port_in_use` when the port the readiness check reached is held by
+    a process outside the server's process group: another program took the chosen port between
+    the check and the server's bind, and answered for it. Says nothing when the listener cannot
+    be seen (psutil.net_connections)."""
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
+    except (psutil.Error, OSError):
+        return
+    ours = set()
+    for pid in pids - {None}:
+        try:
+            if os.getpgid(pid) == server.pgid:
+                ours.add(pid)
+        except OSError:
+            continue
+    if pids and not ours:
+        raise ServerStartError("port_in_use", f"port {port} answered the readiness check, but it is held by "
+                                              f"pid(s) {sorted(p for p in pids if p) or 'of another user'} outside "
+                                              "the server's process group: another program took the port after it "
+                                              f"was chosen (log {server.log_path})")
 
 
 def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter,
@@ -240,6 +275,8 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
                                    stop_outside=launch.stop_outside if launch and launch.container_name else None)
             server.start()
             ready_s = server.wait_ready(adapter.ready_urls(base_url), first.limits.ready_timeout_s)
+            if launch is not None and not launch.container_name:  # a container's listener is not in the group
+                _check_listener(server, launch.port)
             outs[0].timings_s["ready"] = ready_s
         for i, (spec, hook, out) in enumerate(zip(specs, hooks, outs, strict=True)):
             if i > 0:
