@@ -16,7 +16,8 @@ Answers, on 127.0.0.1 (or --host) and --port:
 Timing: first message STANDIN_TTFT_MS after the request (default 5), then one message every
 STANDIN_GAP_MS (default 2). The process writes its pid, `sys.executable`, the kernel's
 `/proc/self/exe`, its port and CUDA_VISIBLE_DEVICES to the file named by STANDIN_REPORT (when
-set), one JSON line per start.
+set), one JSON line per start. With STANDIN_CUDA_MIB=N it first holds N MiB on its first CUDA
+device through torch (as a real engine holds its weights) and reports that device's UUID.
 """
 
 from __future__ import annotations
@@ -164,12 +165,22 @@ def main(argv: list[str] | None = None) -> None:
     args, _unknown = parser.parse_known_args(argv)
     spec_k = int(json.loads(args.speculative_config).get("num_speculative_tokens") or 0) \
         if args.speculative_config else 0
+    held, gpu_uuid = None, None
+    if os.environ.get("STANDIN_CUDA_MIB"):
+        import torch  # only on a GPU host: the stand-in otherwise needs the standard library alone
+
+        held = torch.empty(int(os.environ["STANDIN_CUDA_MIB"]) << 20, dtype=torch.uint8, device="cuda:0")
+        held.fill_(1)
+        torch.cuda.synchronize()
+        uuid = torch.cuda.get_device_properties(0).uuid
+        gpu_uuid = str(uuid) if str(uuid).startswith("GPU-") else f"GPU-{uuid}"
     report = os.environ.get("STANDIN_REPORT")
     if report:
         with open(report, "a", encoding="utf-8") as fh:
             exe = os.readlink("/proc/self/exe") if os.path.exists("/proc/self/exe") else None
             fh.write(json.dumps({"pid": os.getpid(), "executable": sys.executable, "proc_exe": exe, "port": args.port,
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "gpu_uuid": gpu_uuid}) + "\n")
     asyncio.run(_serve(args.host, args.port, State(args.served_model_name or args.model, spec_k)))
 
 
