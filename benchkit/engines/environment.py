@@ -91,7 +91,8 @@ class Launch:
     `argv` the whole command line (list): the filled launcher `prefix`, the interpreter, the
     engine's flags. `env` variables set for the server over the worker's environment (for a
     container they are also written to `env_file`, which its argv passes). `container_name` the
-    name the launch assigned ('' without a container). `port` the server's main port."""
+    name the launch assigned ('' without a container). `port` the server's main port. `gpus` and
+    `values` are what the launcher's placeholders were filled from (a probe refills them)."""
 
     argv: list[str]
     env: dict[str, str]

@@ -137,6 +137,8 @@ def _plan_start(start: PlannedStart, workdir: Path, gpu_checks: bool,
                 results[key] = None
             except preflight.PreflightError as exc:
                 results[key] = (exc.code, exc.message)
+            except adapters.EngineConfigError as exc:  # e.g. an env value --env-file cannot carry
+                results[key] = ("config_error", str(exc))
         if results[key] is not None:
             start.failures.append((name, *results[key]))
 
