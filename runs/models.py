@@ -183,6 +183,10 @@ class Run(models.Model):
     engine_build = models.CharField(max_length=100, blank=True)
     engine_version = models.CharField(max_length=TEXT_LIMITS["engine_version"], blank=True)
     engine_commit = models.CharField(max_length=64, blank=True)
+    provenance = models.JSONField(
+        default=dict, blank=True,
+        help_text="what the engine's own environment said about itself (benchkit.engines.environment."
+                  "check_engine_env): build, launcher, distribution, version, git commit, torch, CUDA")
     model = models.CharField(max_length=TEXT_LIMITS["model"])
     drafter = models.CharField(max_length=500, blank=True)
     is_demo_model = models.BooleanField(default=False)
@@ -217,6 +221,8 @@ class Run(models.Model):
     server_shared = models.BooleanField(default=False)
     result_file = models.ForeignKey(ResultFile, null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
                                     help_text="the file an imported run came from")
+    server_port = models.PositiveIntegerField(null=True, blank=True, help_text="the server's main TCP port "
+                                              "(pinned in the sweep file, or chosen free at start)")
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, Case, Count, Max, Q, QuerySet, TextField, Value, When
+from django.db.models import BooleanField, Case, Count, Max, Min, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -88,6 +88,16 @@ def sweep_progress(sweep: Sweep) -> dict:
         .first()
     )
     return {"sweep": sweep.pk, "total": total, "finished": finished, "counts": counts, "active": active}
+
+
+def failure_reasons(sweep: Sweep) -> list[tuple[str, int, str]]:
+    """(failure reason, how many runs, the first such run's message) for the sweep's failed runs,
+    most frequent first (two queries, bounded by the number of distinct reasons)."""
+    rows = (Run.objects.filter(sweep=sweep, state=RunState.FAILED).values("failure_reason")
+            .annotate(n=Count("id"), first=Min("id")).order_by("-n", "failure_reason"))
+    rows = list(rows)
+    messages = dict(Run.objects.filter(pk__in=[r["first"] for r in rows]).values_list("id", "failure_message"))
+    return [(r["failure_reason"], r["n"], messages.get(r["first"], "")) for r in rows]
 
 
 def latest_inventory(host: Host) -> HostInventory | None:

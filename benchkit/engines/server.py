@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -131,7 +131,10 @@ class ManagedServer:
     `argv` is a list (never a shell string); `env` holds variables set for the child on top of
     the parent's environment (`os.environ` at `start()`; None = the parent's unchanged), e.g.
     `EngineAdapter.env(gpus, server=...)`; `log_path` receives stdout and stderr (appended).
-    Use as a context manager to stop the group on any exit.
+    `stop_outside(timeout_s) -> dict` (optional) stops what the launch started outside the process
+    group (a container, `benchkit.engines.environment.Launch.stop_outside`); `stop()` calls it
+    first and keeps its report in `TeardownReport.outside`. Use as a context manager to stop the
+    group on any exit.
     """
 
     def __init__(
@@ -140,6 +143,7 @@ class ManagedServer:
         env: dict[str, str] | None,
         log_path: str | Path,
         cwd: str | Path | None = None,
+        stop_outside: Callable[[float], dict[str, Any]] | None = None,
     ):
         if isinstance(argv, str) or not argv:
             raise ValueError("argv must be a non-empty list of strings, not a shell string")
@@ -147,6 +151,7 @@ class ManagedServer:
         self.env = dict(env) if env is not None else None
         self.log_path = Path(log_path)
         self.cwd = cwd
+        self.stop_outside = stop_outside
         self.proc: subprocess.Popen | None = None
         self._log: IO[bytes] | None = None
         self.teardown: TeardownReport | None = None
@@ -232,13 +237,20 @@ class ManagedServer:
             return ""
 
     def stop(self, term_timeout_s: float = 30.0) -> TeardownReport | None:
-        """SIGTERM the whole process group, SIGKILL it after `term_timeout_s`, reap the leader
-        and close the log. Returns the TeardownReport (None if never started). Safe to call
-        more than once; the first report is kept in `self.teardown`."""
+        """Stop what the launch started outside the group (`stop_outside`, e.g. the runtime stops
+        a container: signals to the runtime's client do not reach it), then SIGTERM the whole
+        process group, SIGKILL it after `term_timeout_s`, reap the leader and close the log.
+        Returns the TeardownReport (None if never started), not clean when `stop_outside` says
+        something outside survived. Safe to call more than once; the first report is kept in
+        `self.teardown`."""
         if self.proc is None:
             return None
         if self.teardown is None:
+            outside = self.stop_outside(term_timeout_s) if self.stop_outside is not None else {}
             report = stop_process_group(self.proc.pid, term_timeout_s=term_timeout_s)
+            if outside:
+                report.outside = outside
+                report.clean = report.clean and bool(outside.get("clean"))
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -29,6 +29,8 @@ class TeardownReport:
     `clean` is True when no process of the group remains. `killed` lists pids that needed
     SIGKILL after `term_timeout_s`; `survivors` lists pids still alive at the end (only
     possible for unkillable processes, e.g. stuck in the kernel in a GPU driver call).
+    `outside` reports what stopped processes the launch started outside the group (a container
+    stopped by its runtime: benchkit.engines.environment.Launch.stop_outside), {} when none.
     """
 
     pgid: int
@@ -37,6 +39,7 @@ class TeardownReport:
     killed: list[int] = field(default_factory=list)
     survivors: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
+    outside: dict = field(default_factory=dict)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -138,6 +138,10 @@ def _teardown_facts(teardown: Any) -> tuple[bool | None, bool | None, str, str]:
     clean = teardown.get("clean")
     survivors = teardown.get("survivors") or []
     detail = f"surviving pids {sorted(survivors)}" if survivors else ""
+    outside = teardown.get("outside") or {}  # a container its runtime did not stop
+    if outside and not outside.get("clean"):
+        left = f"`{' '.join(outside.get('argv') or [])}` left it running: {outside.get('output') or 'no output'}"
+        detail = f"{detail}; {left}" if detail else left
     return clean, teardown.get("gpus_freed"), detail, str(teardown.get("gpus_message") or "")
 
 

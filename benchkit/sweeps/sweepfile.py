@@ -10,7 +10,7 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     engine_build: ""                 # default build (key into engine_flags.yaml `builds`)
     model: /models/Qwen3.5-27B       # target model dir or name; "{demo_target}" style placeholders
     drafter: /models/...-DFlash      # default drafter of the methods that need one
-    port: 30000                      # default: the engine's usual port
+    port: 30000                      # pin the server's port (else a free one is chosen at run time)
     server: {dtype, max_model_len, load_format, served_model_name, prefix_caching,
              extra_args, env, endpoint_url, is_demo_model}
     grid:
@@ -65,8 +65,10 @@ from benchkit.configfile import (
     yaml_problem,
 )
 from benchkit.engines.adapters import EngineConfigError, adapter_for
-from benchkit.engines.catalog import DEFAULT_PORTS, LAUNCHED_ENGINES, EngineName
+from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
+from benchkit.hosts.allocation import Allocation, plan_sweep_gpus
+from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 
@@ -395,7 +397,6 @@ class SweepSpec:
         runs: list[RunSpec] = []
         g = self.grid
         demo = bool(self.server.get("is_demo_model")) or is_demo_model(self.model)
-        port = self.port if self.port is not None else DEFAULT_PORTS[self.engine]
         for tp, variant in itertools.product(g["tp"], g["methods"]):
             prefix = variant.prefix_caching
             if prefix is None:
@@ -437,12 +438,22 @@ class SweepSpec:
                             server=copy.deepcopy(server),
                             workload=workload,
                             gpus=list(assign_gpus(tp)) if assign_gpus else [],
-                            port=port,
+                            port=self.port,
                             repeat_index=rep,
                             limits=Limits(**self.limits),
                         )
                     )
         return runs
+
+    def expand_on(self, inventory: HostInventory | None) -> tuple[dict[int, Allocation], list[RunSpec]]:
+        """The runs with their GPUs planned from a host's inventory: (TP degree -> Allocation,
+        `expand()` with every run of one TP degree on that degree's GPUs). Without an inventory
+        no GPUs are planned ({} and runs with `gpus` []). Raises AllocationError when the host
+        cannot hold a TP degree or a pinned GPU (benchkit.hosts.allocation.plan_sweep_gpus)."""
+        if inventory is None:
+            return {}, self.expand()
+        plan = plan_sweep_gpus(inventory, self.grid["tp"], self.pinned_gpus)
+        return plan, self.expand(assign_gpus=lambda tp: plan[tp].gpu_refs())
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep as plain JSON-ready data (the parsed file, placeholders substituted)."""
@@ -525,7 +536,8 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
 
 
 def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
-    """Every (method, build) must be defined in the engine flags file for the engine."""
+    """Every (method, build) must be defined in the engine flags file for the engine, and the
+    build's environment (`python`, `launcher`) must be well formed."""
     if sf.engine not in LAUNCHED_ENGINES:
         return
     try:
@@ -534,8 +546,9 @@ def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]
         raise SweepError(source, None, "engine", str(exc)) from None
     for i, variant in variants:
         try:
-            adapter.method_entry(variant.method, variant.engine_build if variant.engine_build is not None
-                                 else sf.engine_build)
+            build = variant.engine_build if variant.engine_build is not None else sf.engine_build
+            adapter.method_entry(variant.method, build)
+            adapter.build_env(build)
         except EngineConfigError as exc:
             line, shown = locate(data, ("grid", "methods", i))
             raise SweepError(source, line, format_field(shown), str(exc)) from None

@@ -22,6 +22,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from benchkit.specs import RunSpec
+from benchkit.specs import server_groups as specs_server_groups
 from runs.models import Run
 from runs.services.leases import total_limit_s
 
@@ -56,16 +57,9 @@ def server_groups(runs: list[Run], share_server: bool = True) -> list[list[int]]
     """Run ids grouped for execution: consecutive runs (in id order, which is the sweep's
     expansion order) with the same `RunSpec.server_key()` share one server start when
     `share_server`; otherwise every run is its own group."""
-    groups: list[list[int]] = []
-    last_key = None
-    for run in sorted(runs, key=lambda r: r.pk):
-        key = RunSpec.from_dict(run.spec).server_key()
-        if share_server and groups and key == last_key:
-            groups[-1].append(run.pk)
-        else:
-            groups.append([run.pk])
-        last_key = key
-    return groups
+    ordered = sorted(runs, key=lambda r: r.pk)
+    groups = specs_server_groups([RunSpec.from_dict(r.spec) for r in ordered], share_server)
+    return [[ordered[i].pk for i in group] for group in groups]
 
 
 def enqueue_runs(run_ids: list[int], queue: str, share_server: bool = True) -> int:

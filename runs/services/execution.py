@@ -152,11 +152,13 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     """
     common = dict(
         server_shared=outcome.server_shared,
+        server_port=outcome.port,
         argv=outcome.argv,
         server_env=outcome.env,
         server_log_tail=outcome.server_log_tail[-20000:],
-        engine_version=outcome.engine_version,
-        engine_commit=outcome.engine_commit,
+        engine_version=outcome.engine_version[:100],
+        engine_commit=outcome.engine_commit[:64],
+        provenance=outcome.provenance,
         suspect=bool(outcome.suspect_reasons),
         suspect_reasons=outcome.suspect_reasons,
     )
@@ -182,6 +184,9 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
             run = transition(run, RunState.FAILED, failure_reason=outcome.reason,
                              failure_message=outcome.message[:5000], **common)
         if outcome.teardown and not outcome.teardown.get("clean", True):
-            hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}")
+            outside = outcome.teardown.get("outside") or {}
+            hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}"
+                             + (f"; {' '.join(outside.get('argv') or [])}: {outside.get('output')}"
+                                if outside and not outside.get("clean") else ""))
     return run
 

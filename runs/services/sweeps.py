@@ -8,13 +8,14 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
-from benchkit.hosts import allocation
+from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
-from benchkit.sweeps import sweepfile
+from benchkit.sweeps import dryrun, sweepfile
 from runs.models import Host, Run, Sweep
 from runs.selectors import latest_inventory
 from runs.services.dispatch import check_broker, enqueue_runs
 from runs.services.hosts import get_or_create_host
+from runs.services.hosts import host_name as host_name_checked
 from runs.services.policy import check_overrides, not_allowed
 from runs.services.transitions import record
 
@@ -55,9 +56,7 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bo
     spec.require_resolved()
     if enqueue:
         check_broker()
-    inventory = latest_inventory(host)
-    plan = allocation.plan_sweep_gpus(inventory, spec.grid["tp"], spec.pinned_gpus) if inventory else {}
-    runspecs = spec.expand(assign_gpus=(lambda tp: plan[tp].gpu_refs()) if plan else None)
+    _plan, runspecs = spec.expand_on(latest_inventory(host))
     overrides = check_overrides(runspecs, user) if user is not None else None
     is_demo = any(r.server.is_demo_model for r in runspecs)
     with transaction.atomic():
@@ -79,6 +78,23 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bo
             transaction.on_commit(lambda: enqueue_runs(ids, host.queue, spec.share_server))
     assert len(runs) == len(runspecs)
     return sweep
+
+
+def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
+                       substitutions: dict[str, str] | None = None) -> dryrun.SweepPlan:
+    """What `create_sweep_from_file` would queue, planned and checked now, storing nothing
+    (benchkit.sweeps.dryrun.plan_sweep): the GPUs come from the host's latest recorded inventory
+    (none recorded and the host is this machine: collected now); the GPU checks run only when the
+    host is this machine (settings.DRAFTBOARD_HOST). Raises SweepError, HostNameError,
+    AllocationError as create_sweep_from_file does."""
+    spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
+    name = host_name_checked(host_name)
+    this_machine = name == host_name_checked(None)
+    host = Host.objects.filter(name=name).first()
+    inventory = latest_inventory(host) if host else None
+    if inventory is None and this_machine:
+        inventory = collect_inventory()
+    return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine)
 
 
 def create_sweep_from_file(path: str | Path, host_name: str | None = None,
