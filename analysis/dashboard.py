@@ -98,12 +98,12 @@ def headline(speedups: list[Speedup], points: list[dict[str, Any]], selection: S
     shown = [p for p in points if selection.shows(p)]
     if not shown:
         return None
-    out_len = max(p["output_len"] for p in shown)
+    out_len = figures.highest(p["output_len"] for p in shown)
     by_run = {p["run_id"]: p for p in points}
     sps = [sp for sp in speedups if sp.field("output_len") == out_len and sp.label != selection.baseline
            and selection.shows(by_run[sp.run_ids[0]])]
     best = best_by(sps, lambda sp: (sp.field("tp"), sp.field("concurrency")))
-    concs = sorted({p["concurrency"] for p in shown if p["output_len"] == out_len})
+    concs = sorted({p["concurrency"] for p in shown if p["output_len"] == out_len}, key=figures.nulls_last)
     tps = sorted({p["tp"] for p in shown if p["output_len"] == out_len})
     rows = [{"tp": tp, "cells": [best.get((tp, c)) for c in concs]} for tp in tps]
     medians: dict[tuple, list[dict]] = defaultdict(list)
@@ -177,7 +177,8 @@ def filter_options(dims: list[dict[str, Any]], selection: Selection) -> dict[str
 
     def ints(name: str) -> list[dict[str, Any]]:
         chosen = getattr(selection, name)
-        return [{"value": v, "checked": v in chosen} for v in sorted({d[name] for d in dims})]
+        # a value an imported file did not record (None) cannot be chosen in the URL
+        return [{"value": v, "checked": v in chosen} for v in sorted({d[name] for d in dims} - {None})]
 
     return {"tp": ints("tp"), "concurrency": ints("concurrency"), "output_len": ints("output_len"),
             "method": [{"value": lab, "checked": lab in selection.method} for lab in labels],

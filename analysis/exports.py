@@ -39,27 +39,41 @@ def sweep_table(points: list[dict[str, Any]], speedups: list[Speedup]) -> pd.Dat
             "speedup": round(sp.value, 4) if sp and sp.value is not None else None,
             "baseline_run_ids": " ".join(map(str, sp.baseline_run_ids)) if sp else "",
         })
-    return pd.DataFrame(rows, columns=[k for k, _ in COLUMNS])
+    table = pd.DataFrame(rows, columns=[k for k, _ in COLUMNS])
+    # whole numbers stay whole beside an unknown one (an imported run whose file did not say)
+    return table.astype({k: "Int64" for k in WORKLOAD_COLUMNS})
+
+
+#: Workload columns an imported run may not know (NULL: "not in the file").
+WORKLOAD_COLUMNS = ("concurrency", "output_len")
+NOT_IN_FILE = "not in the file"
 
 
 def to_csv(table: pd.DataFrame) -> str:
-    """CSV text with draftboard's column names (units in the names)."""
+    """CSV text with draftboard's column names (units in the names); an unknown value is an empty
+    cell (CSV's missing value, read back as NaN / None)."""
     return table.rename(columns=dict(COLUMNS)).to_csv(index=False)
 
 
 def to_latex(table: pd.DataFrame, caption: str) -> str:
-    """A LaTeX `table` environment (booktabs) of the sweep, two decimals."""
+    """A LaTeX `table` environment (booktabs) of the sweep, two decimals; an unknown workload
+    value reads "not in the file", an unknown figure "--"."""
+    table = table.astype({k: object for k in WORKLOAD_COLUMNS})
+    for k in WORKLOAD_COLUMNS:
+        table[k] = [NOT_IN_FILE if pd.isna(v) else str(v) for v in table[k]]
     return table.rename(columns=dict(COLUMNS)).to_latex(index=False, float_format="%.2f", caption=caption,
                                                         label="tab:draftboard-sweep", na_rep="--", escape=True)
 
 
 def run_export(run) -> dict[str, Any]:
     """One counted run as benchkit.formats.vllm_bench.export_vllm_layout writes it, with the
-    run's configuration (engine, method, TP, GPUs, argv) under draftboard.run. Needs
-    `run.metrics` loaded."""
+    run's configuration (engine, method, TP, GPUs, argv, dataset, lengths) under draftboard.run,
+    where the importer reads engine, dataset and lengths back. Unknown values (an imported run's
+    workload its file did not give) are null. Needs `run.metrics` loaded."""
     m = run.metrics
     meta = {
-        "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine,
+        "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine, "engine": run.engine,
+        "dataset": run.dataset or None,
         "label": run.method_label, "date": run.finished_at, "num_prompts": run.num_prompts,
         "concurrency": run.concurrency, "request_rate": run.request_rate,
         "engine_version": run.engine_version, "engine_commit": run.engine_commit, "method": run.method,

@@ -85,6 +85,27 @@ def config_colours(points: Iterable[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def nulls_last(v: Any) -> tuple:
+    """Sort key putting None (a value an imported file did not record) after every number."""
+    return (v is None, v if v is not None else 0)
+
+
+def shown(v: Any) -> str:
+    """A workload value for display: 'not in the file' for None."""
+    return "not in the file" if v is None else str(v)
+
+
+def lowest(values: Iterable[Any]) -> Any:
+    """The smallest known value (None only when none is known)."""
+    return min(values, key=nulls_last, default=None)
+
+
+def highest(values: Iterable[Any]) -> Any:
+    """The largest known value (None only when none is known)."""
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def _num(x: float | None, digits: int = 4) -> float | None:
     """A JSON-safe rounded float (None for unknown or non-finite: JSON has no NaN)."""
     return None if x is None or not math.isfinite(x) else round(float(x), digits)
@@ -167,10 +188,10 @@ def _figure(data: list[dict], layout: dict[str, Any], title: str, caption: str =
 def _selection_note(points: list[dict[str, Any]], field: str, chosen: Any, what: str) -> str:
     """'; also measured at <what> a, b (filter to show one)' when `points` hold other values of
     `field` than the one a figure shows."""
-    others = sorted({p[field] for p in points} - {chosen})
+    others = sorted({p[field] for p in points} - {chosen}, key=nulls_last)
     if not others:
         return ""
-    return f"; also measured at {what} {', '.join(map(str, others))} (filter to show one)"
+    return f"; also measured at {what} {', '.join(map(shown, others))} (filter to show one)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +220,8 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
                             "with the same engine build, model, GPUs, TP and workload (MEASUREMENT.md).")
     first = {sp.label: points_by_run[sp.run_ids[0]] for sp in speedups}
     labels = sorted(first, key=lambda lab: (lab != baseline, config_order(first[lab])))
-    panels = sorted({(sp.field("concurrency"), sp.field("output_len")) for sp in speedups})
+    panels = sorted({(sp.field("concurrency"), sp.field("output_len")) for sp in speedups},
+                    key=lambda cl: (nulls_last(cl[0]), nulls_last(cl[1])))
     tps = sorted({sp.field("tp") for sp in speedups})
     several_len = len({ol for _, ol in panels}) > 1
     cells: dict[tuple, Speedup] = {}
@@ -238,7 +260,7 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
                     second = (f"{sp.ci95[0]:.2f}–{sp.ci95[1]:.2f}" if sp.ci95 else
                               "single run" if sp.n_repeats == 1 else f"{sp.n_repeats} runs")
                     tr.append(f"{'★ ' if is_best else ''}{sp.value:.2f}×<br>{second}")
-                    hr.append(f"<b>{lab} · TP{tp} · concurrency {conc}</b><br>"
+                    hr.append(f"<b>{lab} · TP{tp} · concurrency {shown(conc)}</b><br>"
                               f"speedup {sp.value:.2f}× vs {baseline} ({sp.spread})<br>"
                               f"output {_fmt(sp.median_output_throughput)} tok/s vs {_fmt(base_tps)} tok/s<br>"
                               f"τ {_fmt(tau, '.2f', 'no counters')}<br>runs {_ids(sp.run_ids)} · "
@@ -251,11 +273,12 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
             z.append(zr), text.append(tr), hover.append(hr), custom.append(cr)
         data.append({"type": "heatmap", "x": x, "y": labels, "z": z, "text": text, "texttemplate": "%{text}",
                      "hovertext": hover, "hoverinfo": "text", "customdata": custom, "coloraxis": "coloraxis",
-                     "xgap": 2, "ygap": 2, "xaxis": xref, "yaxis": yref, "name": f"concurrency {conc}",
+                     "xgap": 2, "ygap": 2, "xaxis": xref, "yaxis": yref, "name": f"concurrency {shown(conc)}",
                      "meta": {"concurrency": conc, "output_len": out_len}})
         layout[_axis(yref)].update(autorange="reversed", showticklabels=i % n_cols == 0, type="category")
         layout[_axis(xref)].update(side="top", type="category")
-        annotations.append(_panel_title(f"concurrency {conc}" + (f" · {out_len} output tokens" if several_len else ""),
+        annotations.append(_panel_title(f"concurrency {shown(conc)}"
+                                        + (f" · {shown(out_len)} output tokens" if several_len else ""),
                                         xref, yref, layout, yshift=22))
     values = [sp.value for sp in with_number]
     # a fixed width: a cell stays about 170 px wide instead of stretching over the page
@@ -290,8 +313,8 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     title = "Why a configuration wins: acceptance length τ against the cost of one decoding step"
     if not points:
         return empty(title, "No counted runs in this selection.")
-    conc = min(p["concurrency"] for p in points)
-    out_len = max(p["output_len"] for p in points if p["concurrency"] == conc)
+    conc = lowest(p["concurrency"] for p in points)
+    out_len = highest(p["output_len"] for p in points if p["concurrency"] == conc)
     sel = [p for p in points if p["concurrency"] == conc and p["output_len"] == out_len]
     spec = [p for p in sel if p["method"] != "auto"]
     if not spec:
@@ -362,8 +385,8 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
         notes.append("no spec-decode counters in these runs: τ is the client's tokens per chunk only")
     if not any_ar:
         notes.append("no matched auto run: relative cost unknown")
-    subtitle = f"concurrency {conc}, {out_len} output tokens" + _selection_note(points, "concurrency", conc,
-                                                                                   "concurrency")
+    subtitle = (f"concurrency {shown(conc)}, {shown(out_len)} output tokens"
+                + _selection_note(points, "concurrency", conc, "concurrency"))
     if notes:
         subtitle += " — " + "; ".join(notes)
     subtitle += ". speedup ≈ τ ÷ relative step cost."
@@ -415,9 +438,9 @@ def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     tps = sorted({p["tp"] for p in points})
     if len(tps) < 2:
         return empty(title, f"One TP degree only (TP{tps[0]}): nothing to scale.")
-    out_len = max(p["output_len"] for p in points)
+    out_len = highest(p["output_len"] for p in points)
     sel = [p for p in points if p["output_len"] == out_len]
-    concs = sorted({p["concurrency"] for p in sel})
+    concs = sorted({p["concurrency"] for p in sel}, key=nulls_last)
     panels = [concs[0]] if len(concs) == 1 else [concs[0], concs[-1]]
     colours = config_colours(points)
     layout, refs = _grid(1, len(panels), hgap=0.08)
@@ -437,15 +460,17 @@ def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
                          "marker": {"size": 8}, "xaxis": xref, "yaxis": yref,
                          "customdata": [{"runs": [p["run_id"] for p in by_label[lab][tp]]} for tp in ts],
                          "meta": {"concurrency": conc},
-                         "hovertemplate": f"{lab} · %{{x}} · concurrency {conc}<br>%{{y:.1f}} tok/s<extra></extra>"})
+                         "hovertemplate": f"{lab} · %{{x}} · concurrency {shown(conc)}<br>%{{y:.1f}} tok/s"
+                                          "<extra></extra>"})
         layout[_axis(xref)].update(type="category", categoryorder="array", categoryarray=[f"TP{t}" for t in tps],
                                    title={"text": "TP degree"})
         layout[_axis(yref)].update(title={"text": "output tok/s" if conc > 1 else "output tok/s (one request)"},
                                    rangemode="tozero")
         kind = "latency" if i == 0 else "throughput"
-        annotations.append(_panel_title(f"concurrency {conc} ({kind})" if len(panels) > 1 else f"concurrency {conc}",
+        annotations.append(_panel_title(f"concurrency {shown(conc)} ({kind})" if len(panels) > 1
+                                        else f"concurrency {shown(conc)}",
                                         xref, yref, layout))
-    subtitle = f"{out_len} output tokens" + _selection_note(points, "output_len", out_len, "output length")
+    subtitle = f"{shown(out_len)} output tokens" + _selection_note(points, "output_len", out_len, "output length")
     if len(panels) == 1:
         subtitle += "; one concurrency level only"
     subtitle += ". " + " ".join(_fastest_tp(data, conc) for conc in panels)
@@ -465,9 +490,9 @@ def _fastest_tp(traces: list[dict[str, Any]], conc: int) -> str:
     total = sum(len(v) for v in by_tp.values())
     if len(by_tp) == 1:
         (tp, _), = by_tp.items()
-        return f"Concurrency {conc}: fastest at {tp} for all {total} configurations."
+        return f"Concurrency {shown(conc)}: fastest at {tp} for all {total} configurations."
     parts = [f"{tp} for {', '.join(names)}" for tp, names in sorted(by_tp.items(), key=lambda kv: -len(kv[1]))]
-    return f"Concurrency {conc}: fastest at " + "; ".join(parts) + "."
+    return f"Concurrency {shown(conc)}: fastest at " + "; ".join(parts) + "."
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,12 +524,14 @@ def tradeoff_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     title = "Throughput-latency trade-off: per-user speed vs aggregate throughput"
     if not points:
         return empty(title, "No counted runs in this selection.")
-    out_len = max(p["output_len"] for p in points)
+    out_len = highest(p["output_len"] for p in points)
+    # a point whose concurrency an imported file did not record has no place on the curve
     sel = [p for p in points if p["output_len"] == out_len and p[SPEED_FIELD] is not None
-           and p.get("median_tpot_ms")]
-    concs = sorted({p["concurrency"] for p in points})
+           and p.get("median_tpot_ms") and p["concurrency"] is not None]
+    concs = sorted({p["concurrency"] for p in points if p["concurrency"] is not None})
     if len(concs) < 2:
-        return empty(title, f"One concurrency level only (concurrency {concs[0]}): a trade-off curve needs several.")
+        known = f"concurrency {concs[0]}" if concs else "concurrency not in the file"
+        return empty(title, f"One concurrency level only ({known}): a trade-off curve needs several.")
     if not sel:
         return empty(title, "No run with both a median TPOT and an output tok/s.")
     colours = config_colours(points)
@@ -548,7 +575,7 @@ def tradeoff_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
         layout[_axis(yref)].update(title={"text": "per-user tok/s (1000 / median TPOT)"} if i == 0 else {},
                                    rangemode="tozero")
         annotations.append(_panel_title(f"TP{tp}", xref, yref, layout))
-    subtitle = (f"{out_len} output tokens" + _selection_note(points, "output_len", out_len, "output length")
+    subtitle = (f"{shown(out_len)} output tokens" + _selection_note(points, "output_len", out_len, "output length")
                 + "; ★ = on the Pareto frontier (no other point is faster on both axes)")
     return _figure(data, _layout(410, annotations=annotations, **layout), title, subtitle)
 

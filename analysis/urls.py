@@ -7,7 +7,13 @@ from analysis import views
 app_name = "analysis"
 
 urlpatterns = [
-    path("", views.sweep_list, name="sweep_list"),
+    path("", views.home, name="home"),
+    path("home.json", views.home_data, name="home_data"),
+    path("sweeps/", views.sweep_list, name="sweep_list"),
+    path("compare/", views.compare, name="compare"),
+    path("compare/data.json", views.compare_data, name="compare_data"),
+    path("trend/", views.trend, name="trend"),
+    path("trend/data.json", views.trend_data, name="trend_data"),
     path("sweeps/<int:pk>/", views.sweep_detail, name="sweep_detail"),
     path("sweeps/<int:pk>/data.json", views.sweep_data, name="sweep_data"),
     path("sweeps/<int:pk>/runs/", views.sweep_runs, name="sweep_runs"),

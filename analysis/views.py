@@ -3,12 +3,14 @@ plotly.js through `json_script`; live progress through small JSON endpoints."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, exports, figures
+from analysis import dashboard, exports, figures, history
 from analysis.filters import Selection, SelectionError, parse_selection
+from benchkit.compare.speedups import SPEED_FIELD
 from benchkit.hosts.topology import TopoMatrix
 from runs import selectors
 from runs.models import Host, Run, RunState, Sweep
@@ -17,7 +19,7 @@ from runs.models import Host, Run, RunState, Sweep
 def sweep_list(request: HttpRequest) -> HttpResponse:
     """All sweeps, newest first, with run counts per state."""
     return render(request, "analysis/sweep_list.html", {"sweeps": selectors.sweep_list()[:200],
-                                                        "hosts": Host.objects.order_by("name")})
+                                                        "hosts": selectors.hosts_with_workers()})
 
 
 def _selection_or_400(request: HttpRequest, pk: int) -> tuple[Selection, list[dict], tuple] | HttpResponse:
@@ -115,7 +117,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One run: configuration, how to reproduce it (sweep-file fragment and exact command line),
     GPUs, metrics, binned distributions, history, log tail."""
-    run = get_object_or_404(Run.objects.select_related("sweep", "host", "metrics"), pk=pk)
+    run = get_object_or_404(Run.objects.select_related("sweep", "host", "metrics", "result_file"), pk=pk)
     ctx = dashboard.build_run(run, run.sweep.name)
     ctx.update(run=run, transitions=list(run.transitions.all()))
     return render(request, "analysis/run_detail.html", ctx)
@@ -136,6 +138,180 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
     if snap and snap.data.get("topology"):
         topo = TopoMatrix.from_dict(snap.data["topology"])
         fig = figures.topology_figure(list(topo.gpus), topo.links)
-    history = selectors.snapshot_history(host)
+    history = selectors.recent_snapshots(host)
     return render(request, "analysis/host_detail.html", {"host": host, "snapshot": snap, "topology": fig,
                                                          "history": history})
+
+
+# --- history pages: home, compare two sweeps, trend of a nightly series ---------------------------
+# Each page reads a bounded set of sweeps and only the runs of those (runs.selectors' history
+# queries); its JSON endpoint returns the `data` dict the page renders.
+
+#: Most series on the home page, nights on a trend page.
+HOME_SERIES_LIMIT = 12
+TREND_NIGHTS_DEFAULT, TREND_NIGHTS_MAX = 30, 90
+#: A trend page shows at most this many concurrency rows by default (first and last otherwise).
+TREND_DEFAULT_ROWS = 3
+
+
+class BadQuery(ValueError):
+    """A query-string value the page cannot use (answered 400 with the reason)."""
+
+
+def _int_list(request: HttpRequest, name: str) -> list[int] | None:
+    raw = [v for item in request.GET.getlist(name) for v in item.split(",") if v.strip()]
+    if not raw:
+        return None
+    try:
+        return [int(v) for v in raw]
+    except ValueError:
+        raise BadQuery(f"{name}={','.join(raw)}: expected integers, e.g. {name}=1,8") from None
+
+
+def _filters(request: HttpRequest) -> dict[str, list]:
+    """Filters from the query string (`tp=1,4&concurrency=8&method=ddtree`), each a list."""
+    out: dict[str, list] = {}
+    for col in selectors.HISTORY_FILTERS:
+        if col == "method":
+            vals = [v.strip() for item in request.GET.getlist(col) for v in item.split(",") if v.strip()]
+            if vals:
+                out[col] = vals
+        elif (ints := _int_list(request, col)) is not None:
+            out[col] = ints
+    return out
+
+
+def _sweep_or_400(request: HttpRequest, name: str) -> Sweep | None:
+    raw = request.GET.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise BadQuery(f"{name}={raw!r}: expected a sweep id")
+    return get_object_or_404(Sweep.objects.select_related("host"), pk=int(raw))
+
+
+def _bad(exc: Exception) -> HttpResponse:
+    return HttpResponse(f"bad query: {exc}\n", status=400, content_type="text/plain")
+
+
+def _home_context() -> dict:
+    latest = selectors.latest_per_series(limit=HOME_SERIES_LIMIT)
+    ids = [s.pk for s in latest]
+    points = selectors.history_points(ids, (SPEED_FIELD,), snapshots={})
+    return history.build_home(latest, selectors.state_counts_by_sweep(ids), points,
+                              selectors.open_regression_flags(limit=history.ROW_LIMIT))
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """The latest sweep of each series with its headline, run counts and open regression flags."""
+    ctx = _home_context()
+    return render(request, "analysis/home.html", {**ctx, "hosts": Host.objects.order_by("name")})
+
+
+def home_data(request: HttpRequest) -> JsonResponse:
+    """The home page's data as JSON."""
+    return JsonResponse(_home_context()["data"])
+
+
+def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> dict | None:
+    """(old, new) from `?old=ID&new=ID`; `new` defaults to the newest sweep of the newest series,
+    `old` to the sweep before `new` in its series. None when there is nothing to compare."""
+    new, old = _sweep_or_400(request, "new"), _sweep_or_400(request, "old")
+    if new is None:
+        latest = selectors.latest_per_series(limit=1)
+        new = latest[0] if latest else None
+    if new is None:
+        return None
+    if old is None:
+        old = selectors.previous_in_series(new)
+        if old is None:
+            return None
+        old = Sweep.objects.select_related("host").get(pk=old.pk)
+    filters = _filters(request)
+    snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
+    points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps, gpus=False)
+    ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old.pk],
+                                [p for p in points if p["sweep_id"] == new.pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
+                                limit=limit)
+    ctx.update(old=old, new=new, filters=filters)
+    return ctx
+
+
+def compare(request: HttpRequest) -> HttpResponse:
+    """Two sweeps side by side: per matched point the change in tok/s, TPOT, TTFT and tau with a
+    verdict; points on other hardware or another engine build apart."""
+    try:
+        ctx = _compare_context(request, limit=history.PAGE_ROW_LIMIT)
+    except BadQuery as exc:
+        return _bad(exc)
+    return render(request, "analysis/compare.html", ctx or {"data": None})
+
+
+def compare_data(request: HttpRequest) -> JsonResponse:
+    """The compare page's data as JSON (404 when there are not two sweeps to compare)."""
+    try:
+        ctx = _compare_context(request)
+    except BadQuery as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    if ctx is None:
+        raise Http404("no two sweeps to compare: give ?old=ID&new=ID")
+    return JsonResponse(ctx["data"])
+
+
+def _default_filters(facets: dict[str, list]) -> dict[str, list]:
+    """What a trend page shows without filters: every TP and configuration; at most
+    TREND_DEFAULT_ROWS concurrency levels (else the lowest and the highest); the longest output
+    and input length when there are several."""
+    out: dict[str, list] = {}
+    if len(facets["concurrency"]) > TREND_DEFAULT_ROWS:
+        out["concurrency"] = [facets["concurrency"][0], facets["concurrency"][-1]]
+    for col in ("output_len", "input_len"):
+        if len(facets[col]) > 1:
+            out[col] = [facets[col][-1]]
+    return out
+
+
+def _trend_context(request: HttpRequest) -> dict | None:
+    host_name, name = request.GET.get("host", "").strip(), request.GET.get("series", "").strip()
+    if not host_name or not name:
+        latest = selectors.latest_per_series(limit=1)
+        if not latest:
+            return None
+        host, name = latest[0].host, latest[0].name
+    else:
+        host = get_object_or_404(Host, name=host_name)
+    nights_n = (_int_list(request, "nights") or [TREND_NIGHTS_DEFAULT])[0]
+    if not 1 <= nights_n <= TREND_NIGHTS_MAX:
+        raise BadQuery(f"nights={nights_n}: expected 1..{TREND_NIGHTS_MAX}")
+    nights = selectors.series_sweeps(host.pk, name, limit=nights_n)
+    if not nights:
+        raise Http404(f"no sweep named {name!r} on host {host.name}")
+    facets = selectors.facet_values([nights[-1].pk])
+    chosen = _filters(request) or _default_filters(facets)
+    snaps = selectors.snapshot_history([host.pk])
+    points = selectors.history_points([n.pk for n in nights], (SPEED_FIELD,), chosen, snaps)
+    flags = selectors.series_regression_flags(host.pk, name, [n.pk for n in nights])
+    ctx = history.build_trend(host, name, nights, points, flags, snaps[host.pk], facets, chosen)
+    ctx.update(host=host, series=name, nights=nights, first=nights[0], latest=nights[-1])
+    return ctx
+
+
+def trend(request: HttpRequest) -> HttpResponse:
+    """A nightly series (`?host=NAME&series=SWEEP_NAME`): tok/s and speedup per point over the
+    nights, hardware and engine changes on the time axis, regression flags."""
+    try:
+        ctx = _trend_context(request)
+    except BadQuery as exc:
+        return _bad(exc)
+    return render(request, "analysis/trend.html", ctx or {"data": None})
+
+
+def trend_data(request: HttpRequest) -> JsonResponse:
+    """The trend page's data as JSON."""
+    try:
+        ctx = _trend_context(request)
+    except BadQuery as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    if ctx is None:
+        raise Http404("no series yet")
+    return JsonResponse(ctx["data"])

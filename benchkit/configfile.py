@@ -119,11 +119,13 @@ class FieldProblem(ValueError):
 @dataclass(frozen=True)
 class Problem:
     """One located validation error: 1-based `line` (None when the data has no lines), the
-    dotted `field` path, and the `reason`."""
+    dotted `field` path, the `reason`, and `loc`, the path as a tuple of keys and list indices
+    (for callers that locate lines themselves, e.g. JSON result files)."""
 
     line: int | None
     field: str
     reason: str
+    loc: tuple[Any, ...] = ()
 
 
 def format_field(loc: tuple[Any, ...]) -> str:
@@ -195,7 +197,7 @@ def _known(expected: str) -> str:
 def _reason(err: dict[str, Any], loc: tuple[Any, ...], model: type[BaseModel]) -> str:
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     kind_of = "mapping" if isinstance(value, dict) else "list" if isinstance(value, list) else type(value).__name__
-    got = f"{kind_of} {plain(value)!r}"
+    got = f"{kind_of} {plain(value)!r:.80}"
     if kind == "missing":
         return "missing (required)"
     if kind == "extra_forbidden":
@@ -209,6 +211,8 @@ def _reason(err: dict[str, Any], loc: tuple[Any, ...], model: type[BaseModel]) -
         return f"expected an integer, got {got}"
     if kind in ("float_type", "float_parsing"):
         return f"expected a number, got {got}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {value!r}"
     if kind in ("bool_type", "bool_parsing"):
         return f"expected true/false, got {value!r}"
     if kind == "string_type":
@@ -225,6 +229,8 @@ def _reason(err: dict[str, Any], loc: tuple[Any, ...], model: type[BaseModel]) -
         return f"must be <= {ctx['le']}, got {value!r}"
     if kind == "too_short":
         return "must not be empty"
+    if kind == "string_too_long":
+        return f"longer than {ctx['max_length']} characters (got {len(value)})"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
     return err["msg"]
@@ -239,4 +245,4 @@ def first_problem(exc: ValidationError, data: Any, model: type[BaseModel]) -> Pr
         loc += problem.loc
     reason = _reason(err, loc, model)
     line, shown = locate(data, tuple(p for p in loc if p != "[key]"))
-    return Problem(line, format_field(shown), reason)
+    return Problem(line, format_field(shown), reason, shown)

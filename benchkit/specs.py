@@ -132,12 +132,17 @@ _POINT_WORKLOAD_FIELDS = (
 
 @dataclass
 class RunSpec:
-    """Everything needed to execute one run: server, workload, GPUs, port and limits."""
+    """Everything needed to execute one run: server, workload, GPUs, port and limits.
+
+    `port` is the server's main TCP port when the sweep file pins one (then it is used as given,
+    and a taken port fails the run `port_in_use`); None means a free one is chosen when the
+    server starts (with the ports the engine derives from it, `EngineAdapter.port_span`) and
+    recorded with the run, never written back here."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     gpus: list[GpuRef] = field(default_factory=list)
-    port: int = 8000
+    port: int | None = None
     repeat_index: int = 0
     limits: Limits = field(default_factory=Limits)
 
@@ -165,8 +170,9 @@ class RunSpec:
         return hashlib.sha256(_canonical(self.point_fields()).encode()).hexdigest()
 
     def server_key(self) -> str:
-        """Everything a server is started with (server config, GPUs, port) as canonical JSON: runs
-        with equal keys may share one server start (MEASUREMENT.md, "Reusing a server")."""
+        """Everything a server is started with (server config, GPUs, pinned port) as canonical JSON:
+        runs with equal keys may share one server start (MEASUREMENT.md, "Reusing a server"). A
+        port chosen at run time is not part of it (`port` stays None on the spec)."""
         return _canonical({"server": asdict(self.server), "gpus": [asdict(g) for g in self.gpus], "port": self.port})
 
     @classmethod
@@ -176,7 +182,7 @@ class RunSpec:
             server=ServerConfig(**data.get("server", {})),
             workload=WorkloadSpec(**data.get("workload", {})),
             gpus=[GpuRef(**g) for g in data.get("gpus", [])],
-            port=data.get("port", 8000),
+            port=data.get("port"),
             repeat_index=data.get("repeat_index", 0),
             limits=Limits(**data.get("limits", {})),
         )
@@ -185,3 +191,20 @@ class RunSpec:
 def _canonical(data: Any) -> str:
     """Canonical JSON: sorted keys, no spaces (stable across runs and Python versions)."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def server_groups(specs: list[RunSpec], share_server: bool = True) -> list[list[int]]:
+    """Indices of `specs` grouped for execution: consecutive specs (in the given order, which is a
+    sweep's expansion order) with the same `server_key()` share one server start when
+    `share_server`; otherwise every spec is a group of its own. Shape: a list of non-empty index
+    lists covering 0..len(specs)-1 in order."""
+    groups: list[list[int]] = []
+    last_key = None
+    for i, spec in enumerate(specs):
+        key = spec.server_key()
+        if share_server and groups and key == last_key:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        last_key = key
+    return groups

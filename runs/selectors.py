@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, TextField
+from django.conf import settings
+from django.db.models import BooleanField, Case, Count, Max, Min, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
 from benchkit.methods import method_label
-from runs.models import ACTIVE_STATES, HardwareSnapshot, Host, Run, RunMetrics, RunState, Sweep
+from runs.models import ACTIVE_STATES, HardwareSnapshot, Host, RegressionFlag, Run, RunMetrics, RunState, Sweep
 
 #: Columns that list and figure pages never need and that are heavy to fetch and decode: the run
 #: page's samples (~150 KB of JSON per run), the full RunSpec, the server environment and the
@@ -190,6 +195,16 @@ def active_run(sweep_id: int) -> dict[str, Any] | None:
             .values("id", "state", "progress_done", "progress_total", "method", "concurrency").order_by("id").first())
 
 
+def failure_reasons(sweep: Sweep) -> list[tuple[str, int, str]]:
+    """(failure reason, how many runs, the first such run's message) for the sweep's failed runs,
+    most frequent first (two queries, bounded by the number of distinct reasons)."""
+    rows = (Run.objects.filter(sweep=sweep, state=RunState.FAILED).values("failure_reason")
+            .annotate(n=Count("id"), first=Min("id")).order_by("-n", "failure_reason"))
+    rows = list(rows)
+    messages = dict(Run.objects.filter(pk__in=[r["first"] for r in rows]).values_list("id", "failure_message"))
+    return [(r["failure_reason"], r["n"], messages.get(r["first"], "")) for r in rows]
+
+
 def latest_inventory(host: Host) -> HostInventory | None:
     """The host's most recent inventory (benchkit.hosts.inventory.HostInventory), or None if it
     was never recorded."""
@@ -202,8 +217,177 @@ def latest_snapshot(host: Host) -> HardwareSnapshot | None:
     return HardwareSnapshot.objects.filter(host=host).prefetch_related("gpus").order_by("-taken_at").first()
 
 
-def snapshot_history(host: Host, limit: int = 50) -> list[HardwareSnapshot]:
+def recent_snapshots(host: Host, limit: int = 50) -> list[HardwareSnapshot]:
     """The host's newest `limit` snapshots, newest first, with the columns the host page lists
     (one query: `host` is loaded too, else Django's related manager fetches it per row)."""
     return list(HardwareSnapshot.objects.filter(host=host).order_by("-taken_at")
                 .only("host", "taken_at", "fingerprint", "changed", "gpu_count", "gpu_name", "driver_version")[:limit])
+
+
+# --- nightly series: compare, trend, regressions, home page ---------------------------------------
+# A series is the sweeps of one name on one host (a sweep file's `name`, run night after night),
+# oldest first; every query below reads a bounded set of sweeps through the index
+# `sweep_series_latest` and the runs of those sweeps only (`run_sweep_state`), never all runs.
+
+#: Run columns every history point carries (benchkit.compare.sweepdiff.IDENTITY_FIELDS and
+#: ENV_FIELDS but the fingerprint, and speedups' MATCH_FIELDS but the GPU UUIDs, which come
+#: from `gpus`).
+_HISTORY_RUN_COLUMNS = ("id", "sweep_id", "host_id", "engine", "engine_version", "engine_build", "engine_commit",
+                        "model", "drafter", "method", "num_speculative_tokens", "tree_budget", "tp", "dataset",
+                        "input_len", "output_len", "concurrency", "request_rate", "temperature", "seed",
+                        "repeat_index", "started_at", "gpus_text")
+#: Filters a history query accepts (run columns, each a list of allowed values).
+HISTORY_FILTERS = ("tp", "concurrency", "output_len", "input_len", "method")
+#: At most this many snapshots per host are read to date runs' hardware fingerprints.
+SNAPSHOT_HISTORY_CAP = 1000
+
+
+def _method_label(method: str, k: int | None, budget: int | None, _cache: dict = {}) -> str:  # noqa: B006
+    """Run.method_label for loose column values (one unsaved Run per distinct configuration)."""
+    key = (method, k, budget)
+    if key not in _cache:
+        _cache[key] = Run(method=method, num_speculative_tokens=k, tree_budget=budget).method_label
+    return _cache[key]
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_uuids(gpus_json: str | None) -> tuple[str, ...]:
+    """The UUIDs of a run's `gpus` column given as JSON text."""
+    return tuple(g.get("uuid", "") for g in json.loads(gpus_json or "[]") or [])
+
+
+def series_sweeps(host_id: int, name: str, until: Sweep | None = None, limit: int = 30,
+                  include_demo: bool = True) -> list[Sweep]:
+    """The last `limit` sweeps (nights) of the series (host, name), oldest first, up to and
+    including `until` (default: the newest). One query; only the columns pages need."""
+    qs = Sweep.objects.filter(host_id=host_id, name=name)
+    if until is not None:
+        qs = qs.filter(Q(created_at__lt=until.created_at) | Q(created_at=until.created_at, pk__lte=until.pk))
+    if not include_demo:
+        qs = qs.filter(is_demo=False)
+    rows = list(qs.order_by("-created_at", "-pk").only("id", "name", "host_id", "created_at", "is_demo", "source")
+                [:limit])
+    return rows[::-1]
+
+
+def previous_in_series(sweep: Sweep) -> Sweep | None:
+    """The sweep of the same series just before `sweep`, or None (one query)."""
+    prev = series_sweeps(sweep.host_id, sweep.name, until=sweep, limit=2)
+    return prev[0] if len(prev) == 2 else None
+
+
+def latest_per_series(limit: int = 50) -> list[Sweep]:
+    """The newest sweep of each series (host, name), newest first, at most `limit`, with its
+    host (two queries over the sweep table only: ids, then rows)."""
+    ids = (Sweep.objects.values("host_id", "name").annotate(latest=Max("id")).order_by("-latest")
+           .values_list("latest", flat=True)[:limit])
+    return list(Sweep.objects.filter(pk__in=list(ids)).select_related("host").order_by("-created_at", "-pk"))
+
+
+def state_counts_by_sweep(sweep_ids: list[int]) -> dict[int, dict[str, int]]:
+    """{sweep id: {state: count}} with every state present (zeros included); one grouped query
+    over the `run_sweep_state` index of those sweeps only."""
+    out = {sid: {s.value: 0 for s in RunState} for sid in sweep_ids}
+    for sid, state, n in (Run.objects.filter(sweep_id__in=sweep_ids).values("sweep_id", "state")
+                          .annotate(n=Count("id")).values_list("sweep_id", "state", "n")):
+        out[sid][state] = n
+    return out
+
+
+def snapshot_history(host_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """{host id: snapshots oldest first}, each {taken_at, fingerprint, changed, driver_version,
+    cuda_version, gpu_name, gpu_count}; the newest SNAPSHOT_HISTORY_CAP per host (one query)."""
+    out: dict[int, list[dict[str, Any]]] = {h: [] for h in host_ids}
+    if not host_ids:
+        return out
+    rows = (HardwareSnapshot.objects.filter(host_id__in=host_ids).order_by("host_id", "-taken_at")
+            .values("host_id", "taken_at", "fingerprint", "changed", "driver_version", "cuda_version", "gpu_name",
+                    "gpu_count"))
+    for r in rows:
+        lst = out[r.pop("host_id")]
+        if len(lst) < SNAPSHOT_HISTORY_CAP:
+            lst.append(r)
+    for lst in out.values():
+        lst.reverse()
+    return out
+
+
+def fingerprint_at(snapshots: list[dict[str, Any]], when) -> str:
+    """The fingerprint of the newest snapshot taken at or before `when` (snapshots oldest
+    first, as `snapshot_history` gives them); "" when there is none (or `when` is None)."""
+    if when is None or not snapshots:
+        return ""
+    times = [s["taken_at"] for s in snapshots]
+    i = bisect.bisect_right(times, when)
+    return snapshots[i - 1]["fingerprint"] if i else ""
+
+
+def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict[str, list] | None = None,
+                   snapshots: dict[int, list[dict[str, Any]]] | None = None,
+                   gpus: bool = True) -> list[dict[str, Any]]:
+    """Counted points of the sweeps `sweep_ids` with only the columns a history page needs:
+    run columns (_HISTORY_RUN_COLUMNS; `run_id` for `id`), `gpu_uuids`, `label`,
+    `hardware_fingerprint` (the host's snapshot in force when the run started, from
+    `snapshots` or one more query; `snapshots={}` skips it: "" and no `started_at`) and the
+    WindowMetrics fields `metrics`; `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run
+    column -> allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
+    `Run.objects.counted()`), in (sweep, id) order.
+    """
+    qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
+    for col, allowed in (filters or {}).items():
+        if col not in HISTORY_FILTERS:
+            raise ValueError(f"unknown history filter {col!r}: use {', '.join(HISTORY_FILTERS)}")
+        qs = qs.filter(**{f"{col}__in": allowed})
+    skip = ({"started_at"} if snapshots == {} else set()) | (set() if gpus else {"gpus_text"})
+    columns = tuple(c for c in _HISTORY_RUN_COLUMNS if c not in skip)
+    names = [*columns, *(f"metrics__{m}" for m in metrics)]
+    # the GPU list as text, decoded once per distinct value (a sweep has a few), not per row
+    if gpus:
+        qs = qs.annotate(gpus_text=Cast("gpus", TextField()))
+    rows = list(qs.order_by("sweep_id", "id").values_list(*names))
+    if snapshots is None:
+        snapshots = snapshot_history(sorted({r[2] for r in rows}))  # r[2]: host_id
+    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
+    times = {h: [s["taken_at"] for s in lst] for h, lst in snapshots.items()}
+    out = []
+    for r in rows:
+        p = dict(zip(keys, r, strict=True))
+        if gpus:
+            p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
+        p["label"] = _method_label(p["method"], p["num_speculative_tokens"], p["tree_budget"])
+        when, ts = p.get("started_at"), times.get(p["host_id"])
+        i = bisect.bisect_right(ts, when) if ts and when is not None else 0
+        p["hardware_fingerprint"] = snapshots[p["host_id"]][i - 1]["fingerprint"] if i else ""
+        out.append(p)
+    return out
+
+
+def facet_values(sweep_ids: list[int]) -> dict[str, list]:
+    """{filter column: sorted distinct values} over the counted runs of `sweep_ids` (one grouped
+    query on the runs of those sweeps)."""
+    rows = Run.objects.counted().filter(sweep_id__in=sweep_ids).order_by().values_list(*HISTORY_FILTERS).distinct()
+    out: dict[str, set] = {c: set() for c in HISTORY_FILTERS}
+    for r in rows:
+        for c, v in zip(HISTORY_FILTERS, r, strict=True):
+            out[c].add(v)
+    return {c: sorted(v) for c, v in out.items()}
+
+
+def open_regression_flags(limit: int = 50) -> list[RegressionFlag]:
+    """Unacknowledged regression flags, newest first, with their sweep and host (one query over
+    the partial index `regression_open`)."""
+    return list(RegressionFlag.objects.filter(acknowledged_at__isnull=True).select_related("sweep", "host")
+                .order_by("-detected_at", "-pk")[:limit])
+
+
+def series_regression_flags(host_id: int, name: str, sweep_ids: list[int]) -> list[RegressionFlag]:
+    """The series' flags (open and acknowledged) raised on the nights `sweep_ids` (one query)."""
+    return list(RegressionFlag.objects.filter(host_id=host_id, series=name, sweep_id__in=sweep_ids)
+                .order_by("sweep_id", "tp", "concurrency", "label"))
+def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
+    """Hosts by name, each annotated `worker_alive`: its worker's last heartbeat
+    (`Host.worker_seen_at`, written by runs.worker) is at most DRAFTBOARD_HEARTBEAT_TIMEOUT_S
+    seconds old. One query."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
+    alive = Case(When(worker_seen_at__gte=cutoff, then=Value(True)), default=Value(False), output_field=BooleanField())
+    return Host.objects.annotate(worker_alive=alive).order_by("name")

@@ -1,10 +1,17 @@
-"""Celery tasks: ids in, one service call each (Django-Styleguide)."""
+"""Celery tasks: ids in, one service call each (Django-Styleguide).
+
+Importing this module (the worker autodiscovers it) also connects the worker hooks of
+runs.worker (reaper at worker start, the worker's heartbeat on its Host row).
+"""
 
 from __future__ import annotations
 
+from datetime import date, datetime
+
 from celery import shared_task
 
-from runs.services import dispatch, execution, leases, sweeps
+from runs import worker  # noqa: F401  (connects the worker signal handlers)
+from runs.services import dispatch, execution, leases, regressions, supervision, sweeps
 
 #: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
 #: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
@@ -21,12 +28,34 @@ def execute_runs_task(self, run_ids: list[int]) -> list[str]:
     except leases.GpusBusy as exc:
         if self.request.retries >= GPU_BUSY_MAX_RETRIES:
             return [execution.fail_queued(i, "gpu_busy", str(exc)).state for i in run_ids]
+        dispatch.expect_redelivery(run_ids, GPU_BUSY_RETRY_S)
         raise self.retry(countdown=GPU_BUSY_RETRY_S) from None
 
 
-@shared_task(name="runs.start_sweep_from_file")
-def start_sweep_from_file_task(path: str, host_name: str = "", substitutions: dict | None = None) -> int:
+@shared_task(bind=True, name="runs.start_sweep_from_file")
+def start_sweep_from_file_task(self, path: str, host_name: str = "", substitutions: dict | None = None) -> int:
     """Create a sweep from the YAML file at `path` (placeholders filled from `substitutions`) on
     host `host_name` (default: the worker's host) and enqueue its runs. Scheduled nightly
-    through django-celery-beat on the host's queue. Returns the sweep id."""
-    return sweeps.create_sweep_from_file(path, host_name=host_name or None, substitutions=substitutions or None).pk
+    through django-celery-beat on the host's queue; a message from beat carries its schedule
+    window (headers `periodic_task_name` and `schedule_window`, see benchsite.celery), and a
+    second message of one window creates nothing. Returns the sweep id."""
+    window = getattr(self.request, "schedule_window", None)
+    sweep, _ = sweeps.create_sweep_for_window(
+        path, host_name=host_name or None, substitutions=substitutions or None,
+        schedule=getattr(self.request, "periodic_task_name", None) or "",
+        window=date.fromisoformat(window) if window else None)
+    return sweep.pk
+
+
+@shared_task(name=dispatch.SUPERVISE_TASK, acks_late=True)
+def supervise_host_task(host_name: str, checkpoint: str = "") -> dict:
+    """Reap lost runs of host `host_name` and reconcile its lost messages (supervision.supervise);
+    sent by beat to every host queue, and by itself as the reconcile marker (`checkpoint`)."""
+    return supervision.supervise(host_name, datetime.fromisoformat(checkpoint) if checkpoint else None)
+
+
+@shared_task(name=dispatch.DETECT_REGRESSIONS_TASK, acks_late=True)
+def detect_regressions_task(sweep_id: int) -> list[int]:
+    """Judge sweep `sweep_id` against the earlier nights of its series and store regression flags
+    (regressions.detect_for_sweep); returns the flag ids. Queued when the sweep's last run finished."""
+    return regressions.detect_for_sweep(sweep_id).flagged

@@ -1,4 +1,5 @@
-"""The pure-Python metric and log-decoding code as it was at commit 74508a7, kept unchanged as a
+"""The pure-Python metric and log-decoding code as it was at commit 74508a7 (and the two functions
+h-stream added on top of it), kept unchanged as a
 reference: tests/test_metrics_columns.py checks that the column (numpy) implementation in
 benchkit.measure gives the identical figures, and benchmarks/recompute_speed.py times
 `manage.py recompute_metrics` against this path ("today's ~138 ms per run", issue 9).
@@ -247,3 +248,18 @@ def distributions(logs: list[RequestLog], cap: int = DISTRIBUTION_CAP) -> dict[s
         "icl_ms": _cap([x for rm in done for x in rm.icl_ms], cap),
         "tokens_per_chunk": _cap([float(t) for rm in done for t in rm.tokens_per_chunk], cap),
     }
+
+
+# --- added to main after 74508a7 (h-stream), kept here as they were written -------------------
+
+def coalesced_share(logs, gap_ms=0.1):
+    gaps = [g for rm in (request_metrics(log) for log in _measured(logs)) if rm.completed for g in rm.icl_ms]
+    if not gaps:
+        return None
+    return sum(1 for g in gaps if g < gap_ms) / len(gaps)
+
+
+def mean_decode_tokens_per_chunk(logs):
+    chunks = [t for rm in (request_metrics(log) for log in _measured(logs)) if rm.completed
+              for t in rm.tokens_per_chunk[1:]]
+    return sum(chunks) / len(chunks) if chunks else None

@@ -9,34 +9,60 @@ chunk (`choices: []`) when it asks for `include_usage`, then `data: [DONE]`. It 
 when `bos`), `GET /health`, `GET /v1/models`, `POST /reset_prefix_cache` and `GET /metrics`.
 With `spec_k` > 0, `/metrics` carries vLLM's spec-decode counters as a speculating server
 would count them: every message after a request's first is one draft step of `spec_k` draft
-tokens of which (tokens in the message - 1) were accepted.
+tokens of which (tokens in the message - 1) were accepted; each counter has its `_created`
+sample and the page has `process_start_time_seconds`, as prometheus_client writes them. With
+`restart_at` = n, the server behaves as if it restarted when generation request n (0-based)
+arrives: counters start again from 0 and both times move one hour on.
 
 What a test sets (`SyntheticConfig`): TTFT, the gap between messages and tokens per message
-(message j of a request is sent at receipt + ttft_ms + j * gap_ms, on an absolute schedule),
+(message j of a request is sent at receipt + ttft_ms + j * gap_ms, on an absolute schedule; a
+request body may override both with the extra fields `synthetic_ttft_ms` / `synthetic_gap_ms`),
 whether usage is reported, reasoning deltas (chat), and per-request failures keyed by arrival
 order (0-based count of generation requests): `http_500`, `hang` (no answer for `hang_s`),
 `no_tokens` (200 with no output token), `early_eos` (stops after `early_eos_tokens`),
 `stream_error` (one token, then an in-stream error object), `drop` (closes the connection
-mid-stream).
+mid-stream), `truncate` (`early_eos_tokens` tokens, then a clean end of the stream without a
+finish reason, usage message or [DONE]).
+
+Ground truth (`record_sends`): for every generation request the server keeps, under its prompt
+text, the `time.perf_counter_ns()` of its arrival and of each token-carrying write (`sends`). On
+Linux that clock is CLOCK_MONOTONIC, shared by every process of the host, so a client's own
+stamps compare with these directly. With `reuse_port` several server processes can listen on one
+port (SO_REUSEPORT: the kernel spreads connections over them).
 
 Usage::
 
     with SyntheticServer(SyntheticConfig(ttft_ms=50, gap_ms=20, tokens_per_message=3)) as url:
         ...  # url == "http://127.0.0.1:PORT"
+
+As a managed server (a process draftboard starts and stops, like vLLM): `python -m
+tests.synthetic_server --port P [--ttft-ms 20 --gap-ms 10 --tokens-per-message 1]` serves in the
+foreground (`--ignore-sigterm`: as a hung server that only SIGKILL stops); unknown engine flags
+(`--seed`, `--served-model-name`, ...) are ignored. It first
+forks one child that inherits the listening socket and sleeps, the way an engine's worker
+processes share its process group: killing only the leader leaves the port held, so only a
+whole-group teardown frees it. The engine build `synthetic` (tests/fixtures/synthetic_flags.yaml,
+via DRAFTBOARD_ENGINE_FLAGS) launches it.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
+import signal
 import socket
 import string
+import sys
 import threading
+import time
+from array import array
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-FAILURE_MODES = ("http_500", "hang", "no_tokens", "early_eos", "stream_error", "drop")
+FAILURE_MODES = ("http_500", "hang", "no_tokens", "early_eos", "stream_error", "drop", "truncate")
 BOS_ID = 1
 
 
@@ -50,6 +76,9 @@ class SyntheticConfig:
     `reasoning_tokens`: on the chat API, the first this many output tokens are sent as reasoning
     deltas in field `reasoning_field`. `failures`: arrival ordinal -> one of FAILURE_MODES.
     `tokenizer`: "char" (one token per character) or "none" (no /tokenize, /detokenize: 404).
+    `record_sends`: keep the ground-truth send times (`SyntheticServer.sends`). `keep_requests`:
+    keep every request body in `SyntheticServer.requests` (off for long benchmarks; the arrival
+    count still drives `failures` and `restart_at`).
     """
 
     ttft_ms: float = 20.0
@@ -66,6 +95,9 @@ class SyntheticConfig:
     bos: bool = False
     model: str = "synthetic"
     spec_k: int = 0
+    restart_at: int | None = None
+    record_sends: bool = False
+    keep_requests: bool = True
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.failures.items() if v not in FAILURE_MODES}
@@ -84,12 +116,21 @@ class SyntheticServer:
     """The server. `start() -> base_url`, `stop()`, or use it as a context manager.
 
     `requests` lists (path, JSON body) of every generation request received, in arrival order.
+    `sends` (with `record_sends`): prompt text -> one (arrival ns, array of write ns per
+    token-carrying message) per request with that prompt, in arrival order. `port` / `reuse_port`:
+    listen on this port (0: a free one), with SO_REUSEPORT so other processes can share it.
     """
 
-    def __init__(self, config: SyntheticConfig | None = None):
+    def __init__(self, config: SyntheticConfig | None = None, port: int = 0, reuse_port: bool = False,
+                 sock: socket.socket | None = None):
         self.config = config or SyntheticConfig()
+        self.port, self.reuse_port = port, reuse_port
+        self._sock = sock  # a bound socket to serve on (default: a fresh one on `port`, 0 = free)
         self.requests: list[tuple[str, dict]] = []
+        self.n_requests = 0
+        self.sends: dict[str, list[tuple[int, array]]] = {}
         self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.started_s = 1_796_000_000.0  # Unix time of this "server life" (moves on a restart)
         self.prefix_cache_resets = 0
         self.base_url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,21 +160,27 @@ class SyntheticServer:
             app.router.add_post("/detokenize", self._detokenize)
         self._runner = web.AppRunner(app, shutdown_timeout=0.2, access_log=None)
         await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock = self._sock
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(("127.0.0.1", self.port))
         site = web.SockSite(self._runner, sock)
         await site.start()
         self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
 
     async def _metrics(self, request: web.Request) -> web.Response:
         c = self.spec_counters
-        lines = []
+        lines = ["# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {self.started_s}"]
         if self.config.spec_k:
+            labels = f'engine="0",model_name="{self.config.model}"'
             for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
                               ("num_accepted_tokens", "accepted")):
                 lines += [f"# TYPE vllm:spec_decode_{name} counter",
-                          f'vllm:spec_decode_{name}_total{{engine="0",model_name="{self.config.model}"}} {c[key]}.0']
+                          f"vllm:spec_decode_{name}_total{{{labels}}} {c[key]}.0",
+                          f"vllm:spec_decode_{name}_created{{{labels}}} {self.started_s + 1}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
@@ -188,11 +235,17 @@ class SyntheticServer:
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        arrival_ns = time.perf_counter_ns()
         body = await request.json()
         chat = request.path.endswith("/chat/completions")
         with self._lock:
-            ordinal = len(self.requests)
-            self.requests.append((request.path, body))
+            ordinal = self.n_requests
+            self.n_requests += 1
+            if self.config.keep_requests:
+                self.requests.append((request.path, body))
+            if ordinal == self.config.restart_at:
+                self.spec_counters = dict.fromkeys(self.spec_counters, 0)
+                self.started_s += 3600.0
         cfg = self.config
         mode = cfg.failures.get(ordinal)
         if mode == "http_500":
@@ -210,12 +263,18 @@ class SyntheticServer:
         n_out = int(body.get("max_tokens", 16))
         if mode == "no_tokens":
             n_out = 0
-        elif mode in ("early_eos", "stream_error", "drop"):
-            n_out = min(n_out, cfg.early_eos_tokens if mode == "early_eos" else 1)
+        elif mode in ("early_eos", "stream_error", "drop", "truncate"):
+            n_out = min(n_out, cfg.early_eos_tokens if mode in ("early_eos", "truncate") else 1)
         opts = body.get("stream_options") or {}
         final_usage = cfg.usage != "none" and bool(opts.get("include_usage"))
         cont_usage = cfg.usage == "continuous" and final_usage and bool(opts.get("continuous_usage_stats"))
 
+        ttft_ms = float(body.get("synthetic_ttft_ms", cfg.ttft_ms))
+        gap_ms = float(body.get("synthetic_gap_ms", cfg.gap_ms))
+        stamps = array("q")
+        if cfg.record_sends:
+            key = body.get("prompt") if not chat else (body.get("messages") or [{}])[-1].get("content", "")
+            self.sends.setdefault(str(key), []).append((arrival_ns, stamps))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -248,13 +307,15 @@ class SyntheticServer:
                 else cfg.first_message_tokens
             )
             k = min(k, n_out - sent)
-            due = t0 + (cfg.ttft_ms + j * cfg.gap_ms) / 1000.0
+            due = t0 + (ttft_ms + j * gap_ms) / 1000.0
             await asyncio.sleep(max(0.0, due - loop.time()))
             reasoning = chat and sent < cfg.reasoning_tokens
             text = "".join(letters[(sent + i) % 26] for i in range(k))
             sent += k
-            finish = ("stop" if mode == "early_eos" else "length") if sent == n_out else None
-            await resp.write(_sse(chunk(text, reasoning, sent, finish)))
+            finish = ("stop" if mode == "early_eos" else "length") if sent == n_out and mode != "truncate" else None
+            data = _sse(chunk(text, reasoning, sent, finish))
+            stamps.append(time.perf_counter_ns())
+            await resp.write(data)
             if cfg.spec_k and j > 0:
                 self.spec_counters["drafts"] += 1
                 self.spec_counters["draft_tokens"] += cfg.spec_k
@@ -266,6 +327,9 @@ class SyntheticServer:
             if mode == "drop":
                 request.transport.close()
                 return resp
+        if mode == "truncate":
+            await resp.write_eof()
+            return resp
         if final_usage:
             await resp.write(
                 _sse(
@@ -285,3 +349,39 @@ class SyntheticServer:
         await resp.write(_sse("[DONE]"))
         await resp.write_eof()
         return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve in the foreground on `--port` (see the module docstring) until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--gap-ms", type=float, default=10.0)
+    parser.add_argument("--tokens-per-message", type=int, default=1)
+    parser.add_argument("--served-model-name", default="synthetic")
+    parser.add_argument("--no-fork-child", action="store_true", help="do not fork the socket-holding child")
+    parser.add_argument("--ignore-sigterm", action="store_true", help="leader and child ignore SIGTERM (a hung "
+                        "server: only SIGKILL stops it)")
+    args, _engine_flags = parser.parse_known_args(argv)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)
+    if not args.no_fork_child and os.fork() == 0:  # the "worker" child: holds the socket, sleeps
+        while True:
+            time.sleep(3600)
+    cfg = SyntheticConfig(ttft_ms=args.ttft_ms, gap_ms=args.gap_ms, tokens_per_message=args.tokens_per_message,
+                          model=args.served_model_name)
+    server = SyntheticServer(cfg, sock=sock)
+    server.start()
+    print(f"synthetic server pid {os.getpid()} on {server.base_url}", flush=True)
+    if not args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    main()

@@ -124,8 +124,108 @@ def test_no_drafts_in_window_or_no_counters_gives_none():
 def test_counter_going_down_is_a_restart():
     c = pc.parse_metrics_text(AFTER.read_text())
     zero = pc.parse_metrics_text(BEFORE.read_text())
-    with pytest.raises(pc.CounterResetError, match="num_drafts went down"):
+    with pytest.raises(pc.CounterResetError, match=r"spec_decode_num_accepted_tokens_per_pos_total.*went down") as exc:
         pc.spec_decode_metrics(c, zero)
+    assert exc.value.code == "counters_restarted"
+
+
+def test_created_samples_and_process_start_are_kept_apart_from_the_sums():
+    c = pc.parse_metrics_text(AFTER.read_text())
+    text = AFTER.read_text()
+    key = next(k for k in c.created if k.startswith(pc.VLLM_NUM_DRAFTS))
+    assert c.created[key] == plain_sum(text, "vllm:spec_decode_num_drafts_created")
+    assert c.process_start_time_s is None  # the trimmed fixture has no process collector
+    page = RESTART_PAGE.format(drafts=1, tokens=3, accepted=1, p0=1, p1=0, p2=0, created=100.0, start=50.0)
+    parsed = pc.parse_metrics_text(page)
+    assert parsed.process_start_time_s == 50.0 and set(parsed.created.values()) == {100.0}
+    assert pc.SpecCounters.from_dict(parsed.to_dict()) == parsed
+
+
+# The failing input of issue 13: before, drafts 500 / draft tokens 1500 / accepted 300 from a
+# process created at T; after, 1200 / 3600 / 2400 from a new process (created T + 3600). Naive
+# deltas give acceptance rate 1.0 and tau 4.0 (true window: 0.667 and 3.0), per-position rates
+# 1.14 / 1.03 / 0.83.
+RESTART_PAGE = """\
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds {start}
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_drafts_created{{engine="0",model_name="m"}} {created}
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {tokens}
+vllm:spec_decode_num_draft_tokens_created{{engine="0",model_name="m"}} {created}
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+vllm:spec_decode_num_accepted_tokens_created{{engine="0",model_name="m"}} {created}
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_created{{engine="0",model_name="m",position="0"}} {created}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_created{{engine="0",model_name="m",position="1"}} {created}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
+vllm:spec_decode_num_accepted_tokens_per_pos_created{{engine="0",model_name="m",position="2"}} {created}
+"""
+T = 1_796_015_824.0
+
+
+def restart_pages(created_after: float = T + 3600, start_after: float = T + 3590):
+    before = RESTART_PAGE.format(drafts=500, tokens=1500, accepted=300, p0=102, p1=79, p2=119,
+                                 created=T, start=T - 10)
+    after = RESTART_PAGE.format(drafts=1200, tokens=3600, accepted=2400, p0=900, p1=800, p2=700,
+                                created=created_after, start=start_after)
+    return pc.parse_metrics_text(before), pc.parse_metrics_text(after)
+
+
+def test_issue_13_restart_seen_from_created_and_process_start():
+    before, after = restart_pages()
+    with pytest.raises(pc.CounterResetError, match="process_start_time_seconds moved") as exc:
+        pc.spec_decode_metrics(before, after, max_accepted=3)
+    assert exc.value.code == "counters_restarted"
+    # the process collector missing (or unchanged, e.g. an API server in front of a restarted
+    # engine core): the counters' own _created samples still show the restart
+    before.process_start_time_s = after.process_start_time_s = None
+    with pytest.raises(pc.CounterResetError, match="re-created"):
+        pc.spec_decode_metrics(before, after, max_accepted=3)
+
+
+def test_issue_13_deltas_out_of_bounds_give_no_figures():
+    # same numbers, no restart signal at all (no _created, no process start): the per-position
+    # rates 798/700 = 1.14 and 721/700 = 1.03 are impossible
+    before, after = restart_pages(created_after=T, start_after=T - 10)
+    problem = r"per-position rate\(s\) outside \[0, 1\] \(0: 1.140, 1: 1.030\)"
+    with pytest.raises(pc.AcceptanceBoundsError, match=problem) as exc:
+        pc.spec_decode_metrics(before, after, max_accepted=3)
+    assert exc.value.code == "acceptance_out_of_bounds"
+
+
+@pytest.mark.parametrize(
+    ("d_drafts", "d_tokens", "d_accepted", "bound", "problem"),
+    [
+        (100, 300, 200, 3, None),  # tau 3.0, rate 0.667
+        (100, 300, 300, 3, None),  # tau 4.0 = 1 + k: every draft fully accepted
+        (100, 300, 301, 3, "acceptance rate 1.003 outside"),
+        (100, 300, 250, 2, "tau 3.500 outside \\[1, 3\\]"),  # k = 2 allows at most 3
+        (100, 300, -5, 3, "accepted tokens went negative"),
+    ],
+)
+def test_rates_and_tau_are_bounded(d_drafts, d_tokens, d_accepted, bound, problem):
+    zero = pc.SpecCounters(num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=10.0, source="vllm")
+    after = pc.SpecCounters(num_drafts=d_drafts, num_draft_tokens=d_tokens, num_accepted_tokens=10.0 + d_accepted,
+                            source="vllm")
+    if problem is None:
+        sd = pc.spec_decode_metrics(zero, after, max_accepted=bound)
+        assert sd.acceptance_length == pytest.approx(1 + d_accepted / d_drafts)
+    else:
+        with pytest.raises(pc.AcceptanceBoundsError, match=problem):
+            pc.spec_decode_metrics(zero, after, max_accepted=bound)
+
+
+def test_max_accepted_per_step():
+    assert pc.max_accepted_per_step("draft_model", 4, None) == 4
+    assert pc.max_accepted_per_step("ddtree", None, 15) == 15  # B nodes: at most a chain of B
+    assert pc.max_accepted_per_step("ddtree", 15, 64) == 15  # no path deeper than the block
+    assert pc.max_accepted_per_step("ngram", None, None) is None
+    assert pc.max_accepted_per_step("auto", 4, None) is None
 
 
 # SGLang: shaped like metrics_collector.py's output (counters with _total, labels model_name /
@@ -161,6 +261,27 @@ def test_sglang_counters_give_tau_from_verify_calls():
     assert sd.acceptance_length == pytest.approx(1 + 25 / 15)
     assert sd.acceptance_rate is None and sd.per_position_acceptance_rate == []
     assert any(k.startswith("sglang:spec_accept_length") for k in after.raw)  # gauge kept for reference
+
+
+def test_sglang_restart_and_bounds():
+    before = pc.parse_metrics_text(sglang_page(31 + 11, 2, 15))
+    # a restarted server that already counted past the first reading: only _created shows it
+    text = sglang_page(100, 5, 40)
+    created = "".join(f'{n}_created{{model_name="m"}} {T + 60}\n' for n in (
+        "sglang:generation_tokens", "sglang:num_requests", "sglang:spec_verify_calls"))
+    with_created_before = sglang_page(31 + 11, 2, 15) + "".join(
+        f'{n}_created{{model_name="m"}} {T}\n' for n in (
+            "sglang:generation_tokens", "sglang:num_requests", "sglang:spec_verify_calls"))
+    with pytest.raises(pc.CounterResetError, match="re-created"):
+        pc.spec_decode_metrics(pc.parse_metrics_text(with_created_before), pc.parse_metrics_text(text + created))
+    with pytest.raises(pc.CounterResetError, match="went down"):
+        pc.spec_decode_metrics(before, pc.parse_metrics_text(sglang_page(20, 1, 16)))
+    # more requests than tokens generated beyond the verify passes: negative accepted tokens
+    with pytest.raises(pc.AcceptanceBoundsError, match="accepted tokens went negative"):
+        pc.spec_decode_metrics(before, pc.parse_metrics_text(sglang_page(31 + 11 + 20, 2 + 10, 15 + 15)))
+    # tau beyond the chain length k = 3: 25 accepted in 5 verify passes is 6 per pass
+    with pytest.raises(pc.AcceptanceBoundsError, match="tau 6.000"):
+        pc.spec_decode_metrics(before, pc.parse_metrics_text(sglang_page(31 + 11 + 31, 2 + 1, 15 + 5)), 3)
 
 
 def test_sglang_gauges_only_give_no_counters():

@@ -115,7 +115,8 @@ def test_sweep_page_before_any_run_succeeds_and_of_imported_runs(client):
     from tests.factories import make_host
 
     results = Path(__file__).parent / "fixtures" / "results"
-    imported = import_result_file(results / "vllm-bench-serve-full.json", make_host(), "imported", method="ngram")
+    imported = import_result_file(results / "vllm-bench-serve-full.json", make_host(), "imported",
+                                  method="ngram").sweep
     assert client.get(reverse("analysis:sweep_detail", args=[imported.pk])).status_code == 200
     data = client.get(reverse("analysis:sweep_data", args=[imported.pk])).json()
     assert set(data["figures"]) == {"speedup", "decomposition", "tp_scaling", "tradeoff"}

@@ -271,3 +271,60 @@ def test_telemetry_samples_a_real_cuda_load(inventory, tmp_path):
     assert not [v for v in ours.verdicts if v.code == "gpu_foreign_process"]
     other = check_gpu_window(stream, *loaded, group_pgid=1)  # as if the run were another group
     assert [v.detail["pid"] for v in other.verdicts if v.code == "gpu_foreign_process"] == [proc.pid]
+
+
+# Starts HOLDER's server role as a tagged ManagedServer (PDEATHSIG SIGTERM), then waits to be
+# killed: it stands in for the Celery pool process that runs a benchmark (issue 11).
+STARTER = textwrap.dedent("""
+    import sys, time
+    from benchkit.engines.server import ManagedServer
+    from benchkit.hosts.teardown import SERVER_TAG_ENV
+    script, ready_dir, uuid, tag = sys.argv[1:5]
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": uuid, SERVER_TAG_ENV: tag}
+    srv = ManagedServer([sys.executable, script, "server", ready_dir, "2048"], env, ready_dir + "/server.log")
+    print(srv.start(), flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_cuda_server_of_a_killed_starter_is_stopped_and_the_gpu_freed(inventory, tmp_path):
+    """Issue 11 item 2 on a real GPU: SIGKILL the process that started a CUDA server. PDEATHSIG
+    stops the server leader at once; its worker (ignores SIGTERM, holds GPU memory) is what the
+    reaper finds by tag and SIGKILLs; then the GPU is back at its idle baseline."""
+    from benchkit.hosts.teardown import stop_tagged_processes, tagged_processes
+
+    uuid = inventory.gpus[0].uuid
+    check_gpus_idle([uuid])
+    baseline = idle_baseline([uuid])
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    tag = f"gpu-test-{os.getpid()}"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(script), str(tmp_path), uuid, tag], cwd=repo,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        leader = int(starter.stdout.readline())
+        deadline = time.monotonic() + 180
+        while not ((tmp_path / "server").exists() and (tmp_path / "worker").exists()):
+            assert time.monotonic() < deadline, "holder processes did not allocate GPU memory in 180 s"
+            time.sleep(0.5)
+        worker_pid = int((tmp_path / "worker").read_text())
+        assert set(tagged_processes(tag)) == {leader, worker_pid}
+        starter.kill()
+        starter.wait(timeout=10)
+        t0 = time.monotonic()
+        while leader in tagged_processes(tag):
+            assert time.monotonic() - t0 < 10, "PDEATHSIG did not stop the CUDA server leader"
+            time.sleep(0.1)
+        print(f"leader stopped {time.monotonic() - t0:.2f} s after its starter died")
+        assert set(tagged_processes(tag)) == {worker_pid}  # the stuck worker still holds the GPU
+        with pytest.raises(PreflightError):
+            check_gpus_idle([uuid], baseline=baseline)
+        report = stop_tagged_processes(tag, term_timeout_s=3, kill_timeout_s=20)
+        print("reaper teardown:", report)
+        assert report.clean and worker_pid in report.killed
+        r = gpus_back_to_baseline([uuid], baseline, timeout_s=60)
+        print("after the reaper:", r.data)
+    finally:
+        starter.kill()
+        stop_tagged_processes(tag, term_timeout_s=1, kill_timeout_s=10)

@@ -11,9 +11,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from analysis.exports import run_export
+from benchkit.formats.common import ResultFileError
 from runs.models import Run, RunMetrics, Sweep
 from runs.selectors import window_of
-from runs.services.imports import ImportOptionError, import_result_file
+from runs.services.imports import import_result_file
 from runs.services.recompute import recompute_run, recompute_runs
 from tests.factories import finish_run, make_host, make_run, make_sweep
 
@@ -23,7 +24,7 @@ RESULTS = Path(__file__).parent / "fixtures" / "results"
 
 def test_import_sglang_jsonl_records_source_definitions():
     sweep = import_result_file(RESULTS / "sglang-bench-serving.jsonl", make_host(), "sglang import",
-                               method="draft_model", num_speculative_tokens=4)
+                               method="draft_model", num_speculative_tokens=4).sweep
     runs = list(sweep.runs.select_related("metrics"))
     assert len(runs) == 2
     m = runs[0].metrics
@@ -32,7 +33,7 @@ def test_import_sglang_jsonl_records_source_definitions():
     assert "itl" in m.definitions  # their ITL is per chunk, stored as our ICL
     assert m.median_itl_ms is None and m.median_icl_ms is not None
     assert m.failed == 0 and runs[1].metrics.failed is None  # the older line has no errors list: unknown, not 0
-    assert runs[1].metrics.total_token_throughput_tok_s is None
+    assert runs[1].metrics.total_token_throughput_tok_s == pytest.approx(224 / runs[1].metrics.duration_s)  # derived
     assert m.acceptance_length is not None and "server-wide" in m.spec_source
     assert "concurrency" in m.extra  # a key without a column is kept
     assert runs[0].state == "succeeded" and runs[0].transitions.get().from_state == "imported"
@@ -42,7 +43,7 @@ def test_malformed_file_stores_nothing(tmp_path):
     bad = tmp_path / "bad.jsonl"
     good = (RESULTS / "sglang-bench-serving.jsonl").read_text().splitlines()[0]
     bad.write_text(good + "\n" + '{"completed": "many"\n')
-    with pytest.raises(CommandError, match="line 2"):
+    with pytest.raises(CommandError, match=r"bad.jsonl:2: not valid JSON"):
         call_command("import_results", str(bad), "--sweep-name", "x", "--format", "sglang", "--method", "auto")
     assert Sweep.objects.count() == 0 and Run.objects.count() == 0
 
@@ -56,10 +57,10 @@ def test_export_round_trips_through_the_importer(tmp_path):
     assert exported["median_itl_ms"] == pytest.approx(run.metrics.median_icl_ms)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(exported, default=str))
-    with pytest.raises(ImportOptionError, match="records speculative decoding"):
+    with pytest.raises(ResultFileError, match="acceptance_length: the file records speculative decoding"):
         import_result_file(path, make_host(), "round trip", method="auto")
     back = import_result_file(path, make_host(), "round trip", method="draft_model", num_speculative_tokens=4
-                              ).runs.get().metrics
+                              ).sweep.runs.get().metrics
     assert back.median_itl_ms == pytest.approx(run.metrics.median_itl_ms)
     assert back.output_throughput_tok_s == pytest.approx(run.metrics.output_throughput_tok_s)
     assert window_of(back) == window_of(run.metrics)  # every figure survives export -> import
@@ -97,7 +98,7 @@ def test_recompute_command_streams_light_columns_and_can_use_processes(jobs):
     sweep = make_sweep()
     runs = [finish_run(make_run(sweep, "auto", concurrency=c), tokens_per_msg=1 + c % 3) for c in (1, 2, 3)]
     before = {r.pk: (window_of(r.metrics), r.metrics.distributions) for r in runs}
-    imported = import_result_file(RESULTS / "sglang-bench-serving.jsonl", make_host(), "imported", method="ngram")
+    imported = import_result_file(RESULTS / "sglang-bench-serving.jsonl", make_host(), "imported", method="ngram").sweep
     _spoil(runs)
     with CaptureQueriesContext(connection) as ctx:
         out = io.StringIO()
@@ -136,7 +137,8 @@ def test_recompute_queries_do_not_grow_per_run(django_assert_max_num_queries):
 
 @pytest.mark.parametrize("args, message", [
     (["--method", "bogus"], "unknown"), (["--method", "auto", "--tp", "0"], "--tp 0"),
-    (["--method", "ddtree"], "needs --tree-budget"),
+    (["--method", "ddtree"], "needs --tree-budget"), (["--method", "b0"], "must be >= 1"),
+    (["--method", "b15", "--tree-budget", "16"], "contradicts"),
     (["--method", "auto", "--tree-budget", "15"], "does not speculate"),
     (["--method", "ngram", "--num-speculative-tokens", "-3"], "must be >= 1"),
     (["--method", "auto", "--host", "a/b"], "host name"),

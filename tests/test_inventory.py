@@ -138,6 +138,29 @@ def test_bad_topo_text_is_recorded_not_raised(tmp_path):
     assert inv.topology_source == "nvml"
 
 
+def test_older_driver_text_is_used_not_replaced_by_nvml(tmp_path):
+    """A 2-GPU `topo -m` from a driver that names NIC columns `mlx5_0` (real text, della host):
+    it used to be refused as a whole (unknown column) and the matrix rebuilt from NVML."""
+    text = (LOCAL / "topo" / "a100x2-della-mlx5-numa-tabs.txt").read_text()
+    inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=lambda argv: text, sysfs_root=empty_sysfs(tmp_path))
+    assert inv.topology_source == "nvidia-smi topo -m" and "topology_text" not in inv.missing
+    assert inv.topology.link(0, 1) == "SYS" and inv.topology.nics == ["mlx5_0", "mlx5_1"]
+    assert [(g.numa_node, g.numa_source) for g in inv.gpus] == [(0, "topo"), (1, "topo")]
+    assert "topology_skipped" not in inv.missing
+
+
+def test_topo_columns_kept_raw_are_reported_in_missing(tmp_path):
+    text = (SHARED / "h200x2-nvlink" / "topo-m.txt").read_text()
+    text = text.replace("GPU NUMA ID", "GPU NUMA ID\tFabric Clique").replace("\tN/A\n", "\tN/A\t7\n")
+    inv = collect_inventory(nvml=ReplayNvml(nvml_data()), run_cmd=lambda argv: text, sysfs_root=empty_sysfs(tmp_path))
+    assert inv.topology_source == "nvidia-smi topo -m" and inv.topology.link(0, 1) == "NV18"
+    assert inv.topology.raw_columns == {"Fabric Clique": {0: "7", 1: "7"}}
+    assert inv.missing["topology_skipped"] == (
+        "nvidia-smi topo -m: line 1: column 'Fabric Clique' not understood; its cells are kept raw"
+    )
+    assert HostInventory.from_dict(json.loads(json.dumps(inv.to_dict()))).topology == inv.topology
+
+
 def test_failing_nvidia_smi(tmp_path):
     def fail(argv):
         raise subprocess.CalledProcessError(9, argv)

@@ -58,7 +58,7 @@ def test_benchkit_imports_no_django():
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("benchkit", ("django", "runs", "analysis", "benchsite", "celery")),
     ("runs", ("analysis",)),
-    ("runs/services", ("runs.tasks", "benchsite.celery")),
+    ("runs/services", ("runs.tasks", "runs.worker", "benchsite.celery")),
     ("runs/selectors.py", ("runs.services", "runs.tasks")),
     ("analysis", ("runs.tasks", "runs.services")),
 ])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchkit.measure import loadgen
+from benchkit.measure import loadworkers as loadgen_workers
 from benchkit.measure.loadgen import arrival_offsets_s, run_load_sync
 from benchkit.measure.logs import decode_logs, encode_logs
 from benchkit.measure.metrics import compute_run_metrics, request_metrics
@@ -61,13 +63,14 @@ def test_closed_loop_exact_counts_and_timings():
 
 
 def test_failures_are_recorded_not_raised():
-    failures = {2: "http_500", 3: "hang", 4: "no_tokens", 5: "stream_error", 6: "drop", 7: "early_eos"}
+    failures = {2: "http_500", 3: "hang", 4: "no_tokens", 5: "stream_error", 6: "drop", 7: "early_eos",
+                8: "truncate"}
     cfg = SyntheticConfig(
         ttft_ms=5, gap_ms=5, tokens_per_message=2, failures=failures, hang_s=20, early_eos_tokens=4
     )
-    wl = WorkloadSpec(num_prompts=7, concurrency=1, output_len=10)
+    wl = WorkloadSpec(num_prompts=8, concurrency=1, output_len=10)
     with SyntheticServer(cfg) as url:
-        res = run_load_sync(url, "synthetic", wl, prompts=prompts(8, 10), request_timeout_s=1.0)
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(9, 10), request_timeout_s=1.0)
     by_index = {log.index: log for log in res.logs}
     assert by_index[2].error.startswith("http 500")
     assert by_index[3].error == "timeout after 1.0 s"
@@ -75,10 +78,12 @@ def test_failures_are_recorded_not_raised():
     assert by_index[5].error.startswith("stream error: synthetic in-stream error")
     assert by_index[6].error.startswith("transport: ")
     assert by_index[7].ok and by_index[7].completion_tokens == 4
+    # a clean close after 4 tokens with no finish reason, usage message or [DONE] is not a success
+    assert not by_index[8].ok and by_index[8].error.startswith("truncated_stream: the stream ended after 4 output")
     m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
-    # completed: index 1 (normal) and 7 (early EOS, 4 tokens); failed: 2, 3, 4 (zero tokens), 5, 6
-    assert (m.completed, m.failed) == (2, 5)
-    assert m.error_rate == pytest.approx(5 / 7)
+    # completed: index 1 (normal) and 7 (early EOS, 4 tokens); failed: 2, 3, 4 (zero tokens), 5, 6, 8
+    assert (m.completed, m.failed) == (2, 6)
+    assert m.error_rate == pytest.approx(6 / 8)
     assert m.total_output_tokens == 10 + 4
     assert decode_logs(encode_logs(res.logs)) == res.logs
 
@@ -206,3 +211,104 @@ def test_prompts_built_from_the_server_tokenizer():
     assert res.prompts_flagged_approx is False
     assert [log.prompt_tokens for log in res.logs] == [40] * 4
     assert [log.input_len for log in res.logs] == [40] * 4
+
+
+# -- several client processes ------------------------------------------------------------------
+
+
+def test_perf_counter_is_one_system_wide_clock():
+    """The logs of several client processes merge without offsets only if perf_counter_ns is
+    CLOCK_MONOTONIC (one clock for the whole host); a child's reading must fall between two of ours."""
+    import subprocess
+    import sys
+    import time
+
+    assert loadgen.clock_is_system_wide()
+    before = time.perf_counter_ns()
+    out = subprocess.run([sys.executable, "-c", "import time; print(time.perf_counter_ns())"],
+                         capture_output=True, text=True, check=True).stdout
+    after = time.perf_counter_ns()
+    assert before < int(out) < after
+
+
+def test_split_work_and_default_processes():
+    shares = loadgen_workers.split_work(3, cap=8, n_warm=8, n_meas=10, open_loop=False)
+    assert [c for c, _, _ in shares] == [3, 3, 2]
+    assert [len(w) for _, w, _ in shares] == [3, 3, 2]  # each warms at least its own cap
+    assert sorted(i for _, w, m in shares for i in w + m) == list(range(18))
+    assert [m for _, _, m in shares] == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17]]
+    open_shares = loadgen_workers.split_work(2, cap=4, n_warm=4, n_meas=5, open_loop=True)
+    assert [m for _, _, m in open_shares] == [[4, 6, 8], [5, 7]]
+    with pytest.raises(ValueError, match="processes <= concurrency"):
+        loadgen_workers.split_work(5, cap=4, n_warm=4, n_meas=5, open_loop=False)
+    assert [loadgen.default_client_processes(c, cpus=16) for c in (1, 8, 33, 64, 256, 1024)] == [1, 1, 2, 2, 8, 8]
+    assert loadgen.default_client_processes(256, cpus=2) == 1
+
+
+def test_several_processes_measure_like_one():
+    calls = []
+    cfg = SyntheticConfig(ttft_ms=20, gap_ms=10, tokens_per_message=3)
+    wl = WorkloadSpec(num_prompts=9, concurrency=3, output_len=12)
+    server = SyntheticServer(cfg)
+
+    def on_window_start():
+        calls.append(("window", len(server.requests)))
+
+    with server as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(12), processes=3,
+                            progress=lambda d, t: calls.append((d, t)), on_window_start=on_window_start)
+    assert calls == [("window", 3)] + [(i, 9) for i in range(1, 10)]
+    assert [log.index for log in res.logs] == list(range(12))
+    assert [log.warmup for log in res.logs] == [True] * 3 + [False] * 9
+    warm, measured = res.logs[:3], res.logs[3:]
+    assert min(log.send_ns for log in measured) > max(log.end_ns for log in warm)  # one clock, in order
+    assert res.window_start_ns == min(log.send_ns for log in measured)
+    m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
+    assert (m.completed, m.total_output_tokens) == (9, 9 * 12)
+    for log in measured:
+        rm = request_metrics(log)
+        assert rm.tokens_per_chunk == [3, 3, 3, 3] and rm.ttft_ms >= 20.0
+    assert res.client.processes == 3 and len(res.client.per_process) == 3
+    assert all(p.lag_samples > 0 and 0 <= p.core_share < 1.5 for p in res.client.per_process)
+
+
+def test_several_processes_keep_the_open_loop_schedule():
+    wl = WorkloadSpec(num_prompts=8, concurrency=4, output_len=2, request_rate=40.0, burstiness=1.0, seed=3)
+    with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=2)) as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(12), processes=2)
+    offsets = arrival_offsets_s(8, 40.0, 1.0, 3)
+    sends = [log.send_ns for log in res.logs[4:]]
+    # requests alternate between the two processes, yet every send keeps the common schedule
+    for s, off in zip(sends, offsets, strict=True):
+        assert (s - sends[0]) / 1e9 == pytest.approx(off, abs=0.02)
+
+
+def test_client_headroom_is_recorded_in_process():
+    wl = WorkloadSpec(num_prompts=4, concurrency=2, output_len=8)
+    with SyntheticServer(SyntheticConfig(ttft_ms=5, gap_ms=5)) as url:
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(6))
+    c = res.client
+    assert c.processes == 1 and c.cpu_s > 0 and 0 < c.max_core_share < 1.5
+    assert c.per_process[0].lag_samples >= 5  # window >= 40 ms, one sample per 5 ms
+    assert c.loop_lag_p99_ms is not None and c.loop_lag_p99_ms >= 0
+
+
+def _run_in_daemon(url: str, out) -> None:
+    wl = WorkloadSpec(num_prompts=4, concurrency=2, output_len=4)
+    res = run_load_sync(url, "synthetic", wl, prompts=prompts(6), processes=2)
+    out.put((res.client.processes, sum(log.ok for log in res.logs)))
+
+
+def test_several_processes_start_inside_a_daemonic_process():
+    """A Celery prefork worker is a daemonic process, which multiprocessing refuses to give
+    children; the client's workers are plain subprocesses, so they start there too."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=2)) as url:
+        proc = ctx.Process(target=_run_in_daemon, args=(url, out), daemon=True)
+        proc.start()
+        result = out.get(timeout=60)
+        proc.join(30)
+    assert result == (2, 6)

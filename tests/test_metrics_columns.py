@@ -57,6 +57,9 @@ def test_window_metrics_equal_the_reference(logs, start_ms, length_ms, slo):
     window, dist = metrics.measure_window(decode_columns(encode_logs(logs)), start, end, slo)
     assert window == want
     assert dist == ref.distributions(logs) == metrics.distributions(logs)
+    assert metrics.coalesced_share(logs) == ref.coalesced_share(logs)
+    assert metrics.coalesced_share(logs, gap_ms=5.0) == ref.coalesced_share(logs, gap_ms=5.0)
+    assert metrics.mean_decode_tokens_per_chunk(logs) == ref.mean_decode_tokens_per_chunk(logs)
 
 
 @settings(max_examples=300, deadline=None)

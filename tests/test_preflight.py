@@ -251,3 +251,16 @@ def test_free_port_passes():
 def test_bad_port_range():
     with pytest.raises(ValueError, match="bad port range"):
         check_port_free(65535, span=2)
+
+
+def test_cuda_probe_child_finds_benchkit_from_any_directory(tmp_path):
+    """The probe child gets the folder holding `benchkit` on its PYTHONPATH, so it imports it
+    whatever the working directory (a worker may be started anywhere)."""
+    import subprocess
+    import sys
+
+    from benchkit.hosts.preflight import _repo_root
+
+    out = subprocess.run([sys.executable, "-c", "import benchkit.hosts.cuda_probe"], cwd=tmp_path,
+                         env={"PYTHONPATH": _repo_root(), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -148,3 +149,85 @@ def test_env_is_merged_over_parent_environment(tmp_path, monkeypatch):
     srv.stop()
     assert srv.returncode == 0
     assert "from-parent from-env" in srv.log_tail()
+
+
+# A process that starts the synthetic engine as a ManagedServer (tagged), prints its pid, then
+# waits to be killed: it stands in for the Celery pool child that runs a benchmark.
+STARTER = textwrap.dedent(
+    """
+    import sys, time
+    from benchkit.engines.server import ManagedServer
+    from benchkit.hosts.teardown import SERVER_TAG_ENV
+    port, tag, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    srv = ManagedServer([sys.executable, "-m", "tests.synthetic_server", "--port", str(port)],
+                        {SERVER_TAG_ENV: tag}, log)
+    srv.start()
+    srv.wait_ready([f"http://127.0.0.1:{port}/health"], 30, 0.1)
+    print("leader", srv.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait(cond, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_server_leader_dies_with_its_starter_and_the_tag_finds_the_rest(tmp_path):
+    """Issue 11 item 2: SIGKILL the process that started a server. PDEATHSIG gives the leader
+    SIGTERM at once; the leader's forked child (holding the port, as an engine's workers do)
+    is left for the supervisor, which finds it by SERVER_TAG_ENV and stops its whole group."""
+    from benchkit.hosts.teardown import stop_tagged_processes, tagged_processes
+
+    port, tag = _free_port(), f"test-{os.getpid()}-{time.monotonic_ns()}"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(port), tag, str(tmp_path / "s.log")],
+                               cwd=repo, stdout=subprocess.PIPE, text=True)
+    try:
+        line = starter.stdout.readline()
+        assert line.startswith("leader"), line
+        leader = int(line.split()[1])
+        assert _wait(lambda: len(tagged_processes(tag)) == 2, 10)  # leader + its forked child
+        assert set(tagged_processes(tag).values()) == {leader}  # one group, led by the server
+        t0 = time.monotonic()
+        starter.kill()
+        starter.wait(timeout=10)
+        assert _wait(lambda: not psutil.pid_exists(leader)
+                     or psutil.Process(leader).status() == psutil.STATUS_ZOMBIE, 5), "PDEATHSIG did not stop it"
+        assert time.monotonic() - t0 < 5
+        left = tagged_processes(tag)
+        assert len(left) == 1 and not _port_free(port)  # the child still holds the port
+        report = stop_tagged_processes(tag, term_timeout_s=5)
+        assert report.clean and set(left) <= set(report.terminated)
+        assert tagged_processes(tag) == {} and _wait(lambda: _port_free(port), 5)
+    finally:
+        starter.kill()
+        stop_tagged_processes(tag, term_timeout_s=2)
+
+
+def test_tagged_teardown_never_signals_an_untagged_group(tmp_path):
+    """A recorded group id whose processes carry another tag (or none) is left alone."""
+    from benchkit.hosts.teardown import stop_tagged_processes
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                             env={**os.environ, "DRAFTBOARD_SERVER_TAG": "someone-else"})
+    try:
+        report = stop_tagged_processes("not-this-one", term_timeout_s=1)
+        assert report.clean and report.terminated == [] and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()

@@ -51,8 +51,7 @@ def test_users_grid_expands_to_36_runs():
     assert {r.workload.output_len for r in runs} == {1024}
     for r in runs:
         assert r.server.engine == "sglang"
-        # one engine build for every method: DDTree's speedups need auto/linear runs of the same
-        # build to match (MEASUREMENT.md "Comparing runs")
+        # every method on the DDTree PR build, so each DDTree run has a matched auto baseline
         assert r.server.engine_build == "sglang-ddtree-pr"
         if r.server.method == "ddtree":
             assert r.server.prefix_caching is False
@@ -61,7 +60,7 @@ def test_users_grid_expands_to_36_runs():
     # every run turns into a command line
     sgl = adapter_for("sglang")
     for r in runs:
-        assert sgl.build_argv(r.server, r.port, python="py")[:3] == ["py", "-m", "sglang.launch_server"]
+        assert sgl.build_argv(r.server, 30000, python="py")[:3] == ["py", "-m", "sglang.launch_server"]
 
 
 def test_demo_sweep_substitutes_placeholders():
@@ -81,7 +80,7 @@ def test_demo_sweep_substitutes_placeholders():
     assert all(
         r.workload.ignore_eos and r.workload.output_len == 128 and r.workload.num_prompts == 16 for r in runs
     )
-    assert {r.port for r in runs} == {8000}
+    assert {r.port for r in runs} == {None}  # no `port:` in the file: free ports are chosen at run time
 
 
 @pytest.mark.parametrize("name", ["vllm-eagle3-example", "nightly-example"])
@@ -92,7 +91,7 @@ def test_other_shipped_sweeps_parse(name):
     assert len({r.point_key() for r in runs}) == len(runs)
     adapter = adapter_for(spec.engine)
     for r in runs:
-        adapter.build_argv(r.server, r.port, python="py")
+        adapter.build_argv(r.server, r.port or adapter.default_port, python="py")
 
 
 def test_expansion_order_repeats_gpus_and_roundtrip(tmp_path):
@@ -304,3 +303,20 @@ def test_placeholders_variables_and_admin_text():
     with pytest.raises(SweepError) as err:
         loads_sweep(text, "admin YAML", variables={"other": "1"})
     assert (err.value.line, err.value.field) == (3, "model")
+
+
+def test_a_method_on_a_build_without_auto_is_refused_with_its_line(tmp_path):
+    """Speedups divide runs of one engine build: DDTree alone on the PR build would never get a
+    number, so the file is refused at the DDTree entry (this was the users' grid file's trap)."""
+    text = (SWEEPS / "users-grid-sglang.yaml").read_text()
+    text = text.replace("engine_build: sglang-ddtree-pr\n", "", 1).replace(
+        "{method: ddtree, tree_budget: [15, 16, 32, 64], prefix_caching: false}",
+        "{method: ddtree, tree_budget: [15, 16, 32, 64], prefix_caching: false, engine_build: sglang-ddtree-pr}")
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    with pytest.raises(SweepError, match=r"grid\.yaml:\d+: grid\.methods\[2\]\.engine_build: b15 runs on build "
+                                         r"'sglang-ddtree-pr' but auto runs only on 'sglang'"):
+        load_sweep_file(path)
+    # without auto in the grid nothing is compared against it: allowed
+    path.write_text(text.replace("    - auto\n", ""))
+    assert load_sweep_file(path).n_runs() == 30

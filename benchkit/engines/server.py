@@ -5,16 +5,34 @@
 its pid is its process-group id; every worker it forks (vLLM's engine core and TP workers,
 SGLang's schedulers) stays in that group, and `stop()` tears the whole group down through
 `benchkit.hosts.teardown.stop_process_group`. stdout and stderr go to one log file.
+
+The server must not outlive the process that started it (issue 11). Two layers cover that:
+
+- On Linux the server leader gets `PR_SET_PDEATHSIG` (prctl(2)) through a preexec hook: when
+  the thread that started it dies (the Celery pool child killed by SIGKILL, the OOM killer or
+  a hard time limit; or the worker parent killed, since Celery gives its pool children
+  PDEATHSIG SIGKILL), the kernel sends the leader SIGTERM at once. Engines stop their own
+  workers on SIGTERM (vLLM's API server, SGLang's launcher). It covers only the leader, only a
+  leader that still obeys SIGTERM, and only the death of the starting *thread* (so `start()`
+  and the server's whole life belong in one thread, as in benchkit.sweeps.runner).
+- Everything else (grandchildren left behind, a leader that ignores SIGTERM, a server started
+  by a process that then hung) is the supervisor's: the run row records the group id and the
+  server's processes carry `benchkit.hosts.teardown.SERVER_TAG_ENV`, so the reaper
+  (runs.services.supervision) stops the whole group, verifies it, or quarantines the host.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -36,13 +54,87 @@ class ServerStartError(RuntimeError):
         self.message = message
 
 
+#: prctl(2) option: signal to deliver when the parent (thread) dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def pdeathsig_preexec(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `subprocess.Popen(preexec_fn=...)` hook that asks the kernel to send `sig` to the child
+    when the thread that forked it dies (prctl PR_SET_PDEATHSIG); None off Linux or when libc's
+    prctl cannot be found.
+
+    prctl is looked up before the fork, so the hook itself only makes one C call (no import,
+    no allocation beyond the call). If the parent died between fork and prctl, the hook sends
+    `sig` to the child itself (the kernel would not).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def wait_for_urls(urls: list[str], timeout_s: float, poll_s: float = 1.0,
+                  exited: Callable[[], str | None] | None = None, where: str = "") -> float:
+    """Poll `urls` in order with GET until each answers HTTP 200; return the seconds taken.
+
+    A url counts once it has answered 200; the next one is then polled. `exited`, called
+    before each poll, returns a message when the server process has died (then
+    ServerStartError `server_exited` is raised with it). Raises ServerStartError
+    `server_not_ready` when `timeout_s` passes, naming the last error and `where` (e.g. the
+    log file). Used for managed servers and for external endpoints alike.
+    """
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    pending = list(urls)
+    last_error = "no answer yet"
+    per_request_s = min(max(poll_s, 1.0) * 5, max(timeout_s, 1.0))
+    with httpx.Client(timeout=httpx.Timeout(per_request_s), trust_env=False) as client:
+        while True:
+            if exited is not None:
+                message = exited()
+                if message is not None:
+                    raise ServerStartError("server_exited", message)
+            while pending:
+                try:
+                    resp = client.get(pending[0])
+                except httpx.HTTPError as exc:
+                    last_error = f"{pending[0]}: {type(exc).__name__}: {exc}"
+                    break
+                if resp.status_code != 200:
+                    last_error = f"{pending[0]}: HTTP {resp.status_code}"
+                    break
+                pending.pop(0)
+            if not pending:
+                return time.monotonic() - t0
+            now = time.monotonic()
+            if now >= deadline:
+                raise ServerStartError(
+                    "server_not_ready",
+                    f"server not ready after {timeout_s:.0f} s (last: {last_error}{'; ' + where if where else ''})",
+                )
+            time.sleep(min(poll_s, max(deadline - now, 0.0)))
+
+
 class ManagedServer:
     """One server process and its process group.
 
     `argv` is a list (never a shell string); `env` holds variables set for the child on top of
     the parent's environment (`os.environ` at `start()`; None = the parent's unchanged), e.g.
     `EngineAdapter.env(gpus, server=...)`; `log_path` receives stdout and stderr (appended).
-    Use as a context manager to stop the group on any exit.
+    `stop_outside(timeout_s) -> dict` (optional) stops what the launch started outside the process
+    group (a container, `benchkit.engines.environment.Launch.stop_outside`); `stop()` calls it
+    first and keeps its report in `TeardownReport.outside`. Use as a context manager to stop the
+    group on any exit.
     """
 
     def __init__(
@@ -51,6 +143,7 @@ class ManagedServer:
         env: dict[str, str] | None,
         log_path: str | Path,
         cwd: str | Path | None = None,
+        stop_outside: Callable[[float], dict[str, Any]] | None = None,
     ):
         if isinstance(argv, str) or not argv:
             raise ValueError("argv must be a non-empty list of strings, not a shell string")
@@ -58,6 +151,7 @@ class ManagedServer:
         self.env = dict(env) if env is not None else None
         self.log_path = Path(log_path)
         self.cwd = cwd
+        self.stop_outside = stop_outside
         self.proc: subprocess.Popen | None = None
         self._log: IO[bytes] | None = None
         self.teardown: TeardownReport | None = None
@@ -74,7 +168,8 @@ class ManagedServer:
         return self.proc.pid if self.proc else None
 
     def start(self) -> int:
-        """Launch the process in a new session; return its pid.
+        """Launch the process in a new session, with PDEATHSIG SIGTERM (`pdeathsig_preexec`);
+        return its pid.
 
         Raises RuntimeError when already started, ServerStartError(`server_not_started`) when
         the executable cannot be run (OSError from Popen).
@@ -92,6 +187,7 @@ class ManagedServer:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=pdeathsig_preexec(signal.SIGTERM),
             )
         except OSError as exc:
             self._log.close()
@@ -119,38 +215,16 @@ class ManagedServer:
         """
         if self.proc is None:
             raise ServerStartError("server_not_started", "wait_ready called before start()")
-        t0 = time.monotonic()
-        deadline = t0 + timeout_s
-        pending = list(urls)
-        last_error = "no answer yet"
-        with httpx.Client(timeout=httpx.Timeout(max(poll_s, 1.0) * 5), trust_env=False) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise ServerStartError(
-                        "server_exited",
-                        f"server process exited with code {code} before it was ready "
-                        f"(log {self.log_path}):\n{self.log_tail(30)}",
-                    )
-                while pending:
-                    try:
-                        resp = client.get(pending[0])
-                    except httpx.HTTPError as exc:
-                        last_error = f"{pending[0]}: {type(exc).__name__}: {exc}"
-                        break
-                    if resp.status_code != 200:
-                        last_error = f"{pending[0]}: HTTP {resp.status_code}"
-                        break
-                    pending.pop(0)
-                if not pending:
-                    return time.monotonic() - t0
-                now = time.monotonic()
-                if now >= deadline:
-                    raise ServerStartError(
-                        "server_not_ready",
-                        f"server not ready after {timeout_s:.0f} s (last: {last_error}; log {self.log_path})",
-                    )
-                time.sleep(min(poll_s, max(deadline - now, 0.0)))
+        proc = self.proc
+
+        def exited() -> str | None:
+            code = proc.poll()
+            if code is None:
+                return None
+            return (f"server process exited with code {code} before it was ready "
+                    f"(log {self.log_path}):\n{self.log_tail(30)}")
+
+        return wait_for_urls(urls, timeout_s, poll_s, exited=exited, where=f"log {self.log_path}")
 
     def log_tail(self, n_lines: int = 200) -> str:
         """The last `n_lines` lines of the log file ('' when there is none yet)."""
@@ -163,13 +237,20 @@ class ManagedServer:
             return ""
 
     def stop(self, term_timeout_s: float = 30.0) -> TeardownReport | None:
-        """SIGTERM the whole process group, SIGKILL it after `term_timeout_s`, reap the leader
-        and close the log. Returns the TeardownReport (None if never started). Safe to call
-        more than once; the first report is kept in `self.teardown`."""
+        """Stop what the launch started outside the group (`stop_outside`, e.g. the runtime stops
+        a container: signals to the runtime's client do not reach it), then SIGTERM the whole
+        process group, SIGKILL it after `term_timeout_s`, reap the leader and close the log.
+        Returns the TeardownReport (None if never started), not clean when `stop_outside` says
+        something outside survived. Safe to call more than once; the first report is kept in
+        `self.teardown`."""
         if self.proc is None:
             return None
         if self.teardown is None:
+            outside = self.stop_outside(term_timeout_s) if self.stop_outside is not None else {}
             report = stop_process_group(self.proc.pid, term_timeout_s=term_timeout_s)
+            if outside:
+                report.outside = outside
+                report.clean = report.clean and bool(outside.get("clean"))
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

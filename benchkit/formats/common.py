@@ -1,28 +1,61 @@
-"""What the result-file readers share: the error type, the imported-run shape, typed field
-access that names the field, reading `WindowMetrics` from vLLM's key layout (`read_window`), the
-per-request lists both tools write, and JSON reading (one object, or JSON lines).
+"""What the result-file readers share: the error type, the imported-run shape, the validated
+value types of the boundary (pydantic v2), the metric models derived from the schema, and the
+rules that turn a validated file object into draftboard's figures.
 
-Which key holds which figure is the schema's metadata (`MetricField.vllm_key`,
-benchkit.measure.metrics), not a list here. Both tools' "ITL" is the gap between consecutive
-streamed messages, which draftboard calls ICL (docs/MEASUREMENT.md); their ITL statistics are
-imported as draftboard's `*_icl_ms` and draftboard's per-token `*_itl_ms` stay None. A key a file
-lacks imports as None (unknown), never as 0 and never as an error. A malformed file (not JSON,
-a line that is not JSON, a field of the wrong type, per-request lists of different lengths)
-raises `ResultFileError` naming the file, the line (JSON lines) and the field; nothing is
-returned then.
+The boundary (issue 10): every value read from another tool's file passes a pydantic model
+before anything is stored.
+
+- Numbers: finite, within the physical bounds of the schema (`MetricField.lo`/`hi` in
+  benchkit.measure.metrics, scaled to the file's unit: vLLM writes the acceptance rate in percent,
+  so the file's bound is [0, 100] and the value is divided by 100 once, by `MetricField.from_vllm`),
+  integers within the database's column (`BIGINT_MAX` for metric counts, `INT_MAX` for the run's
+  workload columns), no bool where a number belongs, no string where a number belongs.
+- Strings: within the column's `max_length` (`TEXT_LIMITS`, which runs.models uses for the
+  columns themselves); NUL and lone surrogates were refused when the text was read
+  (benchkit.formats.jsontext).
+- Every field is optional: a key the file lacks is None (unknown), never 0 and never an error.
+  Unknown keys are kept (`ImportedRun.source_extra`), non-finite floats among them as the
+  strings "NaN", "Infinity", "-Infinity" (JSON has no NaN).
+- Errors: `ResultFileError`, printed `file:line: field: reason`.
+
+Both tools' "ITL" is the gap between consecutive streamed messages, which draftboard calls ICL
+(docs/MEASUREMENT.md); their ITL statistics are imported as draftboard's `*_icl_ms` and
+draftboard's per-token `*_itl_ms` stay None.
+
+After validation, `finish_window` applies the rules that need several fields (MEASUREMENT.md
+"Missing is not zero"): placeholders of a file whose every request failed become None and the
+run is marked failed (`all_requests_failed`); a partial file (fewer requests than `num_prompts`:
+an aborted run) is refused; what is derivable from the file is derived (failed from the
+per-request errors, error rate, request / output / total throughput from counts and duration,
+num_prompts from completed + failed) and recorded in the run's definitions.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+
+from benchkit.configfile import FieldProblem, first_problem
+from benchkit.formats.limits import BIGINT_MAX, INT_MAX, TEXT_LIMITS  # noqa: F401 - re-exported
 from benchkit.measure.metrics import METRIC_FIELDS, MetricField, WindowMetrics
+
+if TYPE_CHECKING:
+    from benchkit.formats.jsontext import JsonObject
 
 TOOL_VLLM = "vllm bench serve"
 TOOL_SGLANG = "sglang.bench_serving"
@@ -36,17 +69,24 @@ COMMON_DEFINITIONS = {
     "percentiles": "numpy.percentile, linear interpolation; std is the population std (ddof=0)",
 }
 
+def printable(text: str) -> str:
+    """`text` with every non-printable character (NUL, other controls, lone surrogates) written
+    as its Python escape, so it can be shown and printed to any terminal."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
 
 class ResultFileError(ValueError):
-    """A result file cannot be imported. The message names the file, the line (for JSON lines,
-    1-based) and the field where known; `path`, `line` and `field` hold them too."""
+    """A result file cannot be imported. Printed `file:line: field: reason` (line and field
+    where known); `path`, `line` (1-based), `field` (dotted key path as the file spells it) and
+    `reason` hold the parts, made printable (`printable`: a key may hold a NUL)."""
 
     def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
-        self.path = str(path)
+        self.path = printable(str(path))
         self.line = line
-        self.field = field
-        where = self.path if line is None else f"{self.path}, line {line}"
-        what = f"field {field!r}: " if field else ""
+        self.field = None if field is None else printable(field)
+        self.reason = message = printable(message)
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f"{self.field}: " if self.field else ""
         super().__init__(f"{where}: {what}{message}")
 
 
@@ -58,15 +98,19 @@ class ImportedRun:
     `export_vllm_layout`). `source_version`: the tool or server version when the file records
     one (SGLang's `server_info.version`, a vLLM `--metadata` key `version`/`vllm_version`),
     else None. `definitions`: how the tool defines its numbers where they differ from or need
-    saying beside draftboard's (docs/MEASUREMENT.md). `metrics`: the window's figures
-    (`WindowMetrics`, acceptance figures included: acceptance_rate as a fraction,
-    acceptance_length = tau), None where the file does not give a value. `spec_source`: where
-    the acceptance figures come from, None without them. `workload`: input_len, output_len
-    (tokens, intended), num_prompts, concurrency, request_rate (req/s, None = unbounded),
-    burstiness, model, tokenizer, backend, dataset (None where unrecorded). `per_request`: lists
-    of equal length (input_lens, output_lens, ttfts_ms, icls_ms (list per request),
-    e2els_ms, errors) where the file has them, else None. `source_extra`: every other key of
-    the source object, untouched. `origin`: "path" or "path:line".
+    saying beside draftboard's (docs/MEASUREMENT.md), plus `derived` naming the figures computed
+    from others because the file lacks them. `metrics`: the window's figures (`WindowMetrics`,
+    acceptance figures included: acceptance_rate as a fraction, acceptance_length = tau), None
+    where the file does not give a value. `spec_source`: where the acceptance figures come from,
+    None without them. `workload`: input_len, output_len (tokens, intended), num_prompts,
+    concurrency, request_rate (req/s, None = unbounded), burstiness, model, tokenizer, backend,
+    dataset, engine (the engine a draftboard export names; None otherwise), None where
+    unrecorded. `failure`: (reason code, message) when the file records a run that must not count
+    (`all_requests_failed`), else None. `per_request`: lists of equal length (input_lens,
+    output_lens, ttfts_ms, icls_ms (list per request), e2els_ms, errors) where the file has
+    them, else None. `source_extra`: every other key of the source object (unknown keys
+    included), JSON-safe. `origin`: "path" or "path:line". `source`: the parsed object, for
+    errors that name a field (`refuse`); `keys`: metric field name -> the file's key for it.
     """
 
     source_tool: str
@@ -78,161 +122,207 @@ class ImportedRun:
     per_request: dict[str, list] | None = None
     source_extra: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
+    failure: tuple[str, str] | None = None
+    source: JsonObject | None = field(default=None, repr=False, compare=False)
+    keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def refuse(self, name: str, reason: str) -> ResultFileError:
+        """A ResultFileError about metric or workload field `name`, located by the file's key for it."""
+        key = self.keys.get(name, name)
+        if self.source is None:
+            return ResultFileError(self.origin, reason, None, key)
+        return self.source.error((key,), reason)
 
 
 # ---------------------------------------------------------------------------------------------
-# typed field access
+# validated value types
 
 
-class SourceObject:
-    """A source object with its place in the file, for typed reads that name the field.
-
-    `prefix` names an object nested in the file's object (e.g. "draftboard.metrics.") in errors."""
-
-    def __init__(self, data: dict[str, Any], path: str, line: int | None, prefix: str = ""):
-        self.data = data
-        self.path = path
-        self.line = line
-        self.prefix = prefix
-        self.used: set[str] = set()
-
-    def error(self, key: str | None, message: str) -> ResultFileError:
-        return ResultFileError(self.path, message, self.line, f"{self.prefix}{key}" if key else None)
-
-    def _raw(self, key: str) -> Any:
-        self.used.add(key)
-        return self.data.get(key)
-
-    def num(self, key: str) -> float | int | None:
-        value = self._raw(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(key, f"expected a number, got {type(value).__name__} {value!r:.40}")
-        return value
-
-    def int_(self, key: str) -> int | None:
-        value = self.num(key)
-        if value is None:
-            return None
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise self.error(key, f"expected a whole number, got {value!r}")
-            value = int(value)
-        return value
-
-    def bool_(self, key: str) -> bool | None:
-        value = self._raw(key)
-        if value is not None and not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {type(value).__name__} {value!r:.40}")
-        return value
-
-    def str_(self, key: str) -> str | None:
-        value = self._raw(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.error(key, f"expected a string, got {type(value).__name__} {value!r:.40}")
-        return value
-
-    def rate(self, key: str) -> float | None:
-        """A request rate: a number, or "inf" / Infinity (unbounded, returned as None)."""
-        value = self._raw(key)
-        if value is None:
-            return None
-        if isinstance(value, str):
-            if value.strip().lower() in ("inf", "infinity"):
-                return None
-            raise self.error(key, f"expected a number or 'inf', got {value!r:.40}")
-        value = self.num(key)
-        return None if value is None or math.isinf(value) else float(value)
-
-    def dict_(self, key: str) -> dict[str, Any] | None:
-        value = self._raw(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self.error(key, f"expected an object, got {type(value).__name__}")
-        return value
-
-    def num_list(self, key: str) -> list[float] | None:
-        value = self._raw(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise self.error(key, f"expected a list of numbers, got {type(value).__name__}")
-        for i, x in enumerate(value):
-            if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
-                raise self.error(key, f"item {i}: expected a number, got {type(x).__name__} {x!r:.40}")
-        return value
-
-    def nested_num_list(self, key: str) -> list[list[float]] | None:
-        value = self._raw(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise self.error(key, f"expected a list of lists of numbers, got {type(value).__name__}")
-        for i, inner in enumerate(value):
-            if not isinstance(inner, list):
-                raise self.error(key, f"item {i}: expected a list of numbers, got {type(inner).__name__}")
-            for j, x in enumerate(inner):
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    raise self.error(key, f"item {i}[{j}]: expected a number, got {type(x).__name__}")
-        return value
-
-    def str_list(self, key: str) -> list[str] | None:
-        value = self._raw(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise self.error(key, f"expected a list of strings, got {type(value).__name__}")
-        for i, x in enumerate(value):
-            if x is not None and not isinstance(x, str):
-                raise self.error(key, f"item {i}: expected a string, got {type(x).__name__}")
-        return value
-
-    def extra(self) -> dict[str, Any]:
-        return {k: v for k, v in self.data.items() if k not in self.used}
+def describe(value: Any) -> str:
+    """`str 'four'`, `list`, `bool True`: a value's type and a short repr for error reasons."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    return f"{type(value).__name__} {value!r:.40}"
 
 
-def seconds_to_ms(values: list[float] | None) -> list[float] | None:
+def _number(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {describe(value)}")
+    if isinstance(value, int):
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"number too large ({value.bit_length()} bits)") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return value
+
+
+def _whole(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a whole number, got {describe(value)}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"expected a whole number, got {value!r}")
+        value = int(value)
+    return value
+
+
+def Number(lo: float | None = 0.0, hi: float | None = None, *, gt: float | None = None) -> Any:  # noqa: N802
+    """A finite number (int or float in the file, float here; not a bool, not text) within
+    [lo, hi] (or > gt). Validated by pydantic-core itself (strict float, allow_inf_nan=False):
+    per-request lists hold millions of them."""
+    return Annotated[float, Strict(), Field(ge=lo, le=hi, gt=gt, allow_inf_nan=False)]
+
+
+def Whole(lo: int = 0, hi: int = BIGINT_MAX) -> Any:  # noqa: N802
+    """A whole number (an int, or a float with no fraction) within [lo, hi]."""
+    return Annotated[int, BeforeValidator(_whole), Field(ge=lo, le=hi)]
+
+
+def Text(max_chars: int | None = None) -> Any:  # noqa: N802
+    """A string of at most `max_chars` characters (no coercion from numbers)."""
+    return Annotated[str, Strict(), Field(max_length=max_chars)]
+
+
+def _request_rate(value: Any) -> Any:
+    """A request rate in req/s: a positive finite number; "inf" / Infinity / None = unbounded (None)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("inf", "infinity")):
+        return None
+    if isinstance(value, float) and value == math.inf:
+        return None
+    if isinstance(value, str):
+        raise ValueError(f"expected a number or 'inf', got str {value!r:.40}")
+    value = _number(value)
+    if value <= 0:
+        raise ValueError(f"must be > 0 req/s or 'inf' (unbounded), got {value!r}")
+    return value
+
+
+#: A request rate (see `_request_rate`).
+RequestRate = Annotated[float | None, BeforeValidator(_request_rate)]
+
+
+class ResultModel(BaseModel):
+    """Base of the result-file models: keys are read by alias (the file's spelling), unknown
+    keys are kept in `model_extra`, numbers are checked by the value types above."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=False, arbitrary_types_allowed=False)
+
+
+def metric_type(f: MetricField, scale: float = 1.0) -> Any:
+    """The validated type of metric `f` in a file whose value = draftboard's x `scale`: its bounds
+    from the schema (scaled), counts within BIGINT_MAX, optional (None = unknown)."""
+    lo = None if f.lo is None else f.lo * scale
+    hi = None if f.hi is None else f.hi * scale
+    if f.kind is int:
+        inner = Whole(int(lo or 0), int(hi) if hi is not None else BIGINT_MAX)
+    elif f.kind is bool:
+        inner = Annotated[bool, Strict()]
+    elif f.kind is list:
+        inner = list[Number(lo, hi)]
+    else:
+        inner = Number(lo, hi)
+    return inner | None
+
+
+def metrics_model(name: str, key_of: Callable[[MetricField], str | None], scaled: bool,
+                  base: type[BaseModel] = ResultModel) -> type[BaseModel]:
+    """A model with one optional field per WindowMetrics field that has a key in the file
+    (`key_of(f)`, None: the file has none), named as the WindowMetrics field and read from the
+    file's key; `scaled`: values are in vLLM's scale (`MetricField.vllm_scale`)."""
+    fields = {}
+    for f in METRIC_FIELDS:
+        key = key_of(f)
+        if key:
+            fields[f.name] = (metric_type(f, f.vllm_scale if scaled else 1.0), Field(None, alias=key))
+    return create_model(name, __base__=base, **fields)
+
+
+class PerRequest(ResultModel):
+    """The per-request lists both tools write with `--save-detailed` / `--output-details`:
+    `input_lens`, `output_lens` (tokens), `ttfts`, `latencies` (s), `itls` (s, one list per
+    request), `errors` (text, empty for success). `generated_texts` is read past and dropped (not
+    a measurement). All present lists must have one entry per request."""
+
+    input_lens: list[Whole(0, INT_MAX) | None] | None = None
+    output_lens: list[Whole(0, INT_MAX) | None] | None = None
+    ttfts: list[Number() | None] | None = None
+    itls: list[list[Number()]] | None = None
+    latencies: list[Number() | None] | None = None
+    errors: list[Text() | None] | None = None
+    generated_texts: Any = None
+
+    @model_validator(mode="after")
+    def _same_lengths(self):
+        present = [(k, len(v)) for k in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "errors")
+                   if isinstance(v := getattr(self, k), list)]
+        for key, n in present[1:]:
+            if n != present[0][1]:
+                raise FieldProblem(key, f"has {n} entries but {present[0][0]!r} has {present[0][1]}")
+        return self
+
+
+def validate(model: type[BaseModel], obj: JsonObject) -> Any:
+    """`model` validated from `obj.data`, or ResultFileError `file:line: field: reason` naming the
+    first problem (the key path as the file spells it)."""
+    try:
+        return model.model_validate(obj.data)
+    except ValidationError as exc:
+        p = first_problem(exc, obj.data, model)
+        raise obj.error(p.loc or None, p.reason) from None
+
+
+def kept(value: Any) -> Any:
+    """A source value as it is kept in JSON: non-finite floats as "NaN" / "Infinity" /
+    "-Infinity", datetimes as ISO text, keys as strings, containers copied."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {str(k): kept(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [kept(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def extra_of(model: BaseModel) -> dict[str, Any]:
+    """The unknown keys of a validated object (`model_extra`), JSON-safe (`kept`)."""
+    return {k: kept(v) for k, v in (model.model_extra or {}).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# figures from a validated object
+
+
+def seconds_to_ms(values: list[float | None] | None) -> list[float | None] | None:
     return None if values is None else [v * 1000.0 if v is not None else None for v in values]
 
 
 def error_rate_of(completed: int | None, failed: int | None) -> float | None:
-    if completed is None or failed is None:
+    """failed / (completed + failed); None when either is unknown or there were no requests."""
+    if completed is None or failed is None or completed + failed == 0:
         return None
-    total = completed + failed
-    return failed / total if total else 0.0
+    return failed / (completed + failed)
 
 
-def per_request_lists(o: SourceObject, e2el_key: str | None) -> dict[str, list] | None:
+def per_request_lists(m: PerRequest) -> dict[str, list] | None:
+    """The per-request lists of a validated object in draftboard's units (ms), None without any."""
     lists: dict[str, list | None] = {
-        "input_lens": o.num_list("input_lens"),
-        "output_lens": o.num_list("output_lens"),
-        "ttfts_ms": seconds_to_ms(o.num_list("ttfts")),
-        "icls_ms": None,
-        "e2els_ms": seconds_to_ms(o.num_list(e2el_key)) if e2el_key else None,
-        "errors": o.str_list("errors"),
+        "input_lens": m.input_lens,
+        "output_lens": m.output_lens,
+        "ttfts_ms": seconds_to_ms(m.ttfts),
+        "icls_ms": None if m.itls is None else [[x * 1000.0 for x in inner] for inner in m.itls],
+        "e2els_ms": seconds_to_ms(m.latencies),
+        "errors": m.errors,
     }
-    itls = o.nested_num_list("itls")
-    if itls is not None:
-        lists["icls_ms"] = [[x * 1000.0 for x in inner] for inner in itls]
-    o.used.add("generated_texts")  # kept out of the import: large and not a measurement
     present = {k: v for k, v in lists.items() if v is not None}
-    if not present:
-        return None
-    source_names = {"ttfts_ms": "ttfts", "icls_ms": "itls", "e2els_ms": e2el_key or ""}
-    lengths = {k: len(v) for k, v in present.items()}
-    if len(set(lengths.values())) > 1:
-        first_key, first_len = next(iter(lengths.items()))
-        for k, n in lengths.items():
-            if n != first_len:
-                raise o.error(
-                    source_names.get(k, k),
-                    f"has {n} entries but {source_names.get(first_key, first_key)!r} has {first_len}",
-                )
-    return present
+    return present or None
 
 
 def failed_from_errors(per_request: dict[str, list] | None) -> int | None:
@@ -256,74 +346,77 @@ def tokens_per_chunk_of(per_request: dict[str, list] | None) -> float | None:
     return tokens / chunks if chunks else None
 
 
-def read_metric(o: SourceObject, f: MetricField, key: str) -> Any:
-    """The value of metric `f` under `key`, checked against `f.kind` (ResultFileError naming the
-    key otherwise); None when absent."""
-    readers = {int: o.int_, bool: o.bool_, list: o.num_list}
-    return readers.get(f.kind, o.num)(key)
+def window_from(m: BaseModel, scaled: bool = True) -> dict[str, Any]:
+    """{WindowMetrics field: value in draftboard's scale} of a validated metrics model (fields it
+    lacks are absent)."""
+    out = {}
+    for f in METRIC_FIELDS:
+        if f.name in type(m).model_fields:
+            value = getattr(m, f.name)
+            out[f.name] = f.from_vllm(value) if scaled else value
+    return out
 
 
-def read_window(o: SourceObject, e2el_key: str | None,
-                renames: Mapping[str, str] | None = None) -> tuple[WindowMetrics, dict[str, list] | None]:
-    """(WindowMetrics, per-request lists) of a source object in `vllm bench serve`'s key layout.
+#: Fields whose value in a file with no completed request is a placeholder (both tools write
+#: 0.0 for the statistics of an empty list: vllm/benchmarks/serve.py `np.mean(ttfts or 0)`).
+PLACEHOLDER_GROUPS = ("latency",)
+PLACEHOLDER_FIELDS = ("max_output_tokens_per_s", "mean_tokens_per_chunk")
 
-    Each field with a `vllm_key` is read from that key (or from `renames[vllm_key]`, for a tool
-    that names the same figure differently) and brought to draftboard's scale
-    (`MetricField.from_vllm`: percent -> fraction). The figures vLLM has no key for are derived
-    from the per-request lists (`per_request_lists(o, e2el_key)`): `failed` (when the file lacks
-    it) from the errors, `error_rate` from completed and failed, `mean_tokens_per_chunk`;
-    per-token ITL and `output_tokens_from_text` stay None. Raises ResultFileError naming the key.
+
+def finish_window(values: dict[str, Any], per_request: dict[str, list] | None, workload: dict[str, Any],
+                  definitions: dict[str, str], refuse: Callable[[str, str], ResultFileError]
+                  ) -> tuple[WindowMetrics, tuple[str, str] | None]:
+    """The run's WindowMetrics and failure from validated `values` (WindowMetrics fields, in
+    draftboard's scale), its per-request lists and its workload (num_prompts may be derived in
+    place). Derivations are named in `definitions["derived"]`. Raises `refuse(field, reason)`
+    for a partial file (completed + failed < num_prompts: an aborted run) or more accepted than
+    drafted tokens.
     """
-    renames = renames or {}
-    values = {f.name: f.from_vllm(read_metric(o, f, renames.get(f.vllm_key, f.vllm_key)))
-              for f in METRIC_FIELDS if f.vllm_key}
-    per_request = per_request_lists(o, e2el_key)
-    if values["failed"] is None:
-        values["failed"] = failed_from_errors(per_request)
-    values["error_rate"] = error_rate_of(values["completed"], values["failed"])
-    values["mean_tokens_per_chunk"] = tokens_per_chunk_of(per_request)
-    return WindowMetrics(**values), per_request
-
-
-def read_objects(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultFileError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except OSError as exc:
-        raise ResultFileError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if not text.strip():
-        raise ResultFileError(path, "the file is empty")
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if exc.msg != "Extra data":
-            raise ResultFileError(
-                path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno
-            ) from exc
-    else:
-        if not isinstance(whole, dict):
-            raise ResultFileError(
-                path, f"expected a JSON object per run, got a {type(whole).__name__}", line=1
-            )
-        return [(None, whole)]
-    objects = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResultFileError(
-                path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number
-            ) from exc
-        if not isinstance(obj, dict):
-            raise ResultFileError(path, f"expected a JSON object, got a {type(obj).__name__}", line=number)
-        objects.append((number, obj))
-    return objects
+    w = dict(values)
+    derived = []
+    if w.get("failed") is None:
+        w["failed"] = failed_from_errors(per_request)
+        if w["failed"] is not None:
+            derived.append("failed = requests with an error in the per-request list")
+    completed, failed = w.get("completed"), w.get("failed")
+    if w.get("error_rate") is None:
+        w["error_rate"] = error_rate_of(completed, failed)
+    if w.get("mean_tokens_per_chunk") is None:
+        w["mean_tokens_per_chunk"] = tokens_per_chunk_of(per_request)
+    num_prompts = workload.get("num_prompts")
+    if completed is not None and num_prompts is not None:
+        if completed + (failed or 0) < num_prompts:
+            raise refuse("completed", f"partial result: {completed} completed + {failed or 0} failed of "
+                                      f"num_prompts {num_prompts} requests (the file of an aborted run?)")
+    elif num_prompts is None and completed is not None and failed is not None:
+        workload["num_prompts"] = completed + failed
+        derived.append("num_prompts = completed + failed")
+    accepted, drafted = w.get("spec_num_accepted_tokens"), w.get("spec_num_draft_tokens")
+    if accepted is not None and drafted is not None and accepted > drafted:
+        raise refuse("spec_num_accepted_tokens", f"{accepted:g} accepted tokens is more than {drafted:g} drafted")
+    duration = w.get("duration_s")
+    if duration:
+        for name, parts in (("request_throughput_req_s", ("completed",)),
+                            ("output_throughput_tok_s", ("total_output_tokens",)),
+                            ("total_token_throughput_tok_s", ("total_input_tokens", "total_output_tokens"))):
+            if w.get(name) is None and all(w.get(p) is not None for p in parts):
+                w[name] = sum(w[p] for p in parts) / duration
+                derived.append(f"{name} = {' + '.join(parts)} / duration_s")
+    failure = None
+    if completed == 0:
+        for f in METRIC_FIELDS:
+            if f.group in PLACEHOLDER_GROUPS or f.name in PLACEHOLDER_FIELDS:
+                w[f.name] = None
+        total = f" of {completed + failed}" if failed is not None else ""
+        failure = ("all_requests_failed", f"0{total} requests completed: the file's latency figures are the "
+                                          "tool's placeholders, stored as unknown")
+    if derived:
+        definitions["derived"] = "; ".join(derived) + " (not in the file)"
+    return WindowMetrics(**w), failure
 
 
 def json_safe(value: Any) -> Any:
+    """`value` as plain JSON: non-finite floats become null, datetimes ISO text (exports)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

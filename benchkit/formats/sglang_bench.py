@@ -20,8 +20,31 @@ from the per-request errors where the file has them.
 
 from __future__ import annotations
 
-from benchkit.formats.common import COMMON_DEFINITIONS, TOOL_SGLANG, ImportedRun, SourceObject, read_window
-from benchkit.measure.metrics import STAT_NAMES
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
+
+from benchkit.formats.common import (
+    COMMON_DEFINITIONS,
+    INT_MAX,
+    TEXT_LIMITS,
+    TOOL_SGLANG,
+    ImportedRun,
+    Number,
+    PerRequest,
+    ResultModel,
+    Text,
+    Whole,
+    _request_rate,
+    extra_of,
+    finish_window,
+    metrics_model,
+    per_request_lists,
+    validate,
+    window_from,
+)
+from benchkit.formats.jsontext import JsonObject
+from benchkit.measure.metrics import METRIC_FIELDS, STAT_NAMES
 
 SGLANG_DEFINITIONS: dict[str, str] = {
     **COMMON_DEFINITIONS,
@@ -43,47 +66,101 @@ SGLANG_SPEC_SOURCE = ("sglang.bench_serving accept_length: server-wide /get_serv
                       "not a window delta")
 
 
-def import_sglang(o: SourceObject) -> ImportedRun:
-    """One `sglang.bench_serving` result line (see the module docstring for its keys)."""
-    window, per_request = read_window(o, None, SGLANG_KEYS)
-    dataset = o.str_("dataset_name")
-    random_in, random_out = o.int_("random_input_len"), o.int_("random_output_len")
-    sharegpt_out = o.int_("sharegpt_output_len")
+def _sglang_key(f) -> str | None:
+    return SGLANG_KEYS.get(f.vllm_key, f.vllm_key) if f.vllm_key else None
+
+
+#: metric or workload field -> the key an SGLang line writes it under (for errors).
+SGLANG_FIELD_KEYS: dict[str, str] = {**{f.name: _sglang_key(f) for f in METRIC_FIELDS if f.vllm_key},
+                                     "concurrency": "max_concurrency", "num_prompts": "input_lens"}
+
+MODEL_TEXT = Text(TEXT_LIMITS["model"])
+
+
+class ServerInfo(ResultModel):
+    """The keys of `server_info` (the server's /get_server_info) that an import reads; the rest
+    is kept."""
+
+    version: Text(TEXT_LIMITS["engine_version"]) | None = None
+    model_path: MODEL_TEXT | None = None
+    served_model_name: MODEL_TEXT | None = None
+    tokenizer_path: MODEL_TEXT | None = None
+
+
+def _sglang_rate(value: Any) -> Any:
+    """sglang.bench_serving's request_rate: a number, Infinity (unbounded, None) or "trace"
+    (replayed timestamps: no rate; noted in the extra keys)."""
+    return "trace" if value == "trace" else _request_rate(value)
+
+
+class SglangSetup(PerRequest):
+    """The setup keys of an `sglang.bench_serving` line (see the module docstring), all optional."""
+
+    tag: Text(200) | None = None
+    backend: Text(100) | None = None
+    dataset_name: Text(TEXT_LIMITS["dataset"]) | None = None
+    request_rate: Annotated[float | Literal["trace"] | None, BeforeValidator(_sglang_rate)] = None
+    max_concurrency: Whole(1, INT_MAX) | None = None
+    sharegpt_output_len: Whole(1, INT_MAX) | None = None
+    random_input_len: Whole(0, INT_MAX) | None = None
+    random_output_len: Whole(0, INT_MAX) | None = None
+    random_range_ratio: Number(0.0, 1.0) | None = None
+    server_info: ServerInfo | None = None
+
+
+#: An `sglang.bench_serving` result line: setup keys, per-request lists, and every WindowMetrics
+#: field with a vLLM key, read from SGLang's key for it (`SGLANG_KEYS`).
+SglangResult = metrics_model("SglangResult", _sglang_key, scaled=True, base=SglangSetup)
+
+
+def import_sglang(obj: JsonObject) -> ImportedRun:
+    """One `sglang.bench_serving` result line (see the module docstring for its keys), validated
+    (`SglangResult`). num_prompts is the length of the per-request lists; without per-request
+    errors, failed = num_prompts - completed. Raises ResultFileError naming the key."""
+    m = validate(SglangResult, obj)
+    per_request = per_request_lists(m)
+    dataset = m.dataset_name
     input_len = output_len = None
     if dataset and dataset.startswith("random"):
-        input_len, output_len = random_in, random_out
+        input_len, output_len = m.random_input_len or None, m.random_output_len or None
     elif dataset == "sharegpt":
-        output_len = sharegpt_out
-    server_info = o.dict_("server_info") or {}
-    num_prompts = len(per_request["input_lens"]) if per_request and "input_lens" in per_request else None
-    model = server_info.get("model_path") or server_info.get("served_model_name")
-    tokenizer = server_info.get("tokenizer_path")
-    rate_raw = o.data.get("request_rate")
-    request_rate = None if rate_raw == "trace" else o.rate("request_rate")
-    o.used.add("request_rate")
+        output_len = m.sharegpt_output_len
+    info = m.server_info or ServerInfo()
+    num_prompts = len(m.input_lens) if m.input_lens is not None else None
+    values = window_from(m)
+    definitions = dict(SGLANG_DEFINITIONS)
+    if values.get("failed") is None and m.errors is None and num_prompts is not None \
+            and values.get("completed") is not None and values["completed"] <= num_prompts:
+        values["failed"] = num_prompts - values["completed"]
+        definitions["failed"] = "num_prompts (per-request lists) - completed: the file has no per-request errors"
     workload = {
         "input_len": input_len,
         "output_len": output_len,
         "num_prompts": num_prompts,
-        "concurrency": o.int_("max_concurrency"),
-        "request_rate": request_rate,
+        "concurrency": m.max_concurrency,
+        "request_rate": None if m.request_rate == "trace" else m.request_rate,
         "burstiness": None,
-        "model": model if isinstance(model, str) else None,
-        "tokenizer": tokenizer if isinstance(tokenizer, str) else None,
-        "backend": o.str_("backend"),
+        "model": info.model_path or info.served_model_name,
+        "tokenizer": info.tokenizer_path,
+        "backend": m.backend,
         "dataset": dataset,
+        "engine": None,
     }
-    version = server_info.get("version")
-    extra = o.extra()
-    if rate_raw == "trace":
+    window, failure = finish_window(values, per_request, workload, definitions,
+                                    lambda name, reason: obj.error((SGLANG_FIELD_KEYS.get(name, name),), reason))
+    extra = extra_of(m)
+    if m.request_rate == "trace":
         extra["request_rate"] = "trace"
     return ImportedRun(
         source_tool=TOOL_SGLANG,
-        source_version=version if isinstance(version, str) else None,
-        definitions=dict(SGLANG_DEFINITIONS),
+        source_version=info.version,
+        definitions=definitions,
         metrics=window,
         workload=workload,
         spec_source=SGLANG_SPEC_SOURCE if window.acceptance_length is not None else None,
         per_request=per_request,
         source_extra=extra,
+        failure=failure,
+        source=obj,
+        keys=SGLANG_FIELD_KEYS,
     )

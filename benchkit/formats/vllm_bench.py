@@ -27,18 +27,34 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field, create_model, model_validator
+
+from benchkit.engines.catalog import LaunchedEngineName
 from benchkit.formats.common import (
     COMMON_DEFINITIONS,
+    INT_MAX,
+    TEXT_LIMITS,
     TOOL_DRAFTBOARD,
     TOOL_VLLM,
     ImportedRun,
-    SourceObject,
+    Number,
+    PerRequest,
+    RequestRate,
+    ResultModel,
+    Text,
+    Whole,
+    extra_of,
+    finish_window,
     json_safe,
-    read_metric,
-    read_window,
+    kept,
+    metrics_model,
+    per_request_lists,
+    validate,
+    window_from,
 )
+from benchkit.formats.jsontext import JsonObject
 from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
 
 #: Version of the `draftboard` block written by `export_vllm_layout`. Format 1 (before the
@@ -74,86 +90,181 @@ DRAFTBOARD_DEFINITIONS: dict[str, str] = {
 
 VLLM_SPEC_SOURCE = "vllm bench serve: window delta of vllm:spec_decode_* counters"
 
+MODEL_TEXT = Text(TEXT_LIMITS["model"])
+VERSION_TEXT = Text(TEXT_LIMITS["engine_version"])
 
-def import_vllm(o: SourceObject) -> ImportedRun:
-    """One `vllm bench serve` result object (see the module docstring for its keys)."""
-    window, per_request = read_window(o, "latencies")
-    backend = o.str_("backend")
-    endpoint_type = o.str_("endpoint_type")
-    workload = {
+
+class VllmSetup(PerRequest):
+    """The setup keys of a `vllm bench serve` result (see the module docstring), all optional;
+    `version` / `vllm_version` are `--metadata` keys some users add."""
+
+    date: Text(100) | None = None
+    endpoint_type: Text(100) | None = None
+    backend: Text(100) | None = None
+    label: Text(200) | None = None
+    model_id: MODEL_TEXT | None = None
+    tokenizer_id: MODEL_TEXT | None = None
+    num_prompts: Whole(1, INT_MAX) | None = None
+    request_rate: RequestRate = None
+    burstiness: Number(None, gt=0) | None = None
+    max_concurrency: Whole(1, INT_MAX) | None = None
+    vllm_version: VERSION_TEXT | None = None
+    version: VERSION_TEXT | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_drafts_placeholder(cls, data: Any) -> Any:
+        """vllm/benchmarks/serve.py writes acceptance_length 0.0 when no draft was made
+        (`1 + accepted / drafts if drafts > 0 else 0.0`): a placeholder, not a tau."""
+        if isinstance(data, dict) and data.get("spec_decode_num_drafts") == 0 \
+                and data.get("spec_decode_acceptance_length") == 0:
+            data = {**data, "spec_decode_acceptance_length": None}
+        return data
+
+
+#: A `vllm bench serve` result object: the setup keys, the per-request lists and every
+#: WindowMetrics field that has a vLLM key, read from that key in vLLM's scale.
+VllmResult = metrics_model("VllmResult", lambda f: f.vllm_key, scaled=True, base=VllmSetup)
+#: metric or workload field -> the key a vLLM file writes it under (for errors).
+VLLM_KEYS: dict[str, str] = {**{f.name: f.vllm_key for f in METRIC_FIELDS if f.vllm_key},
+                             "concurrency": "max_concurrency", "model": "model_id"}
+
+
+def _export_format(value: Any) -> Any:
+    if value not in (1, EXPORT_FORMAT) or isinstance(value, bool):
+        raise ValueError(f"unknown export format {value!r} (this draftboard reads 1 and {EXPORT_FORMAT})")
+    return value
+
+
+class ExportRun(ResultModel):
+    """`draftboard.run` of an export: the run's configuration as `run_export` wrote it; the
+    workload keys read back (others are kept as they are)."""
+
+    engine: LaunchedEngineName | None = None
+    model: MODEL_TEXT | None = None
+    engine_version: VERSION_TEXT | None = None
+    dataset: Text(TEXT_LIMITS["dataset"]) | None = None
+    input_len: Whole(1, INT_MAX) | None = None
+    output_len: Whole(1, INT_MAX) | None = None
+    num_prompts: Whole(1, INT_MAX) | None = None
+    concurrency: Whole(1, INT_MAX) | None = None
+
+
+#: draftboard.metrics: every WindowMetrics field under its own name, in draftboard's scale.
+DraftboardMetrics = metrics_model("DraftboardMetrics", lambda f: f.name, scaled=False)
+
+
+class ExportBlock(ResultModel):
+    """The `draftboard` block of an export (format 2; format 1 is renamed on the way in)."""
+
+    format: Annotated[int, BeforeValidator(_export_format)]
+    metrics: DraftboardMetrics
+    spec_source: Text(TEXT_LIMITS["spec_source"]) | None = None
+    definitions: dict[str, Text(4000)] | None = None
+    run: ExportRun | None = None
+    spec_decode: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format1(cls, data: Any) -> Any:
+        """Format 1 named five figures differently and kept the acceptance figures and their
+        source in `spec_decode`."""
+        if not (isinstance(data, dict) and data.get("format") == 1 and isinstance(data.get("metrics"), dict)):
+            return data
+        spec = data.get("spec_decode") if isinstance(data.get("spec_decode"), dict) else {}
+        metrics = {_FORMAT1_NAMES.get(k, k): v for k, v in data["metrics"].items()}
+        metrics.update({k: v for k, v in spec.items() if k in METRICS})
+        return {**data, "metrics": metrics, "spec_source": spec.get("spec_source")}
+
+
+#: A file written by `export_vllm_layout`: a vLLM result plus the `draftboard` block.
+VllmExport = create_model("VllmExport", __base__=VllmResult, draftboard=(ExportBlock, Field(...)))
+
+
+def _workload(m: Any) -> dict[str, Any]:
+    return {
         "input_len": None,
         "output_len": None,
-        "num_prompts": o.int_("num_prompts"),
-        "concurrency": o.int_("max_concurrency"),
-        "request_rate": o.rate("request_rate"),
-        "burstiness": o.num("burstiness"),
-        "model": o.str_("model_id"),
-        "tokenizer": o.str_("tokenizer_id"),
-        "backend": backend or endpoint_type,
+        "num_prompts": m.num_prompts,
+        "concurrency": m.max_concurrency,
+        "request_rate": m.request_rate,
+        "burstiness": m.burstiness,
+        "model": m.model_id,
+        "tokenizer": m.tokenizer_id,
+        "backend": m.backend or m.endpoint_type,
         "dataset": None,
+        "engine": None,
     }
+
+
+def _kept_setup(m: Any, extra: dict[str, Any]) -> dict[str, Any]:
     for key in ("date", "label"):
-        o.str_(key)
-    version = None
-    for key in ("vllm_version", "version"):
-        value = o.data.get(key)
-        if isinstance(value, str):
-            version = value
-            break
-    extra = o.extra()
-    for key in ("date", "label"):
-        if o.data.get(key) is not None:
-            extra[key] = o.data[key]
+        if getattr(m, key) is not None:
+            extra[key] = getattr(m, key)
+    return extra
+
+
+def import_vllm(obj: JsonObject) -> ImportedRun:
+    """One `vllm bench serve` result object (see the module docstring for its keys), validated
+    (`VllmResult`). Raises ResultFileError naming the key."""
+    m = validate(VllmResult, obj)
+    workload = _workload(m)
+    definitions = dict(VLLM_DEFINITIONS)
+    per_request = per_request_lists(m)
+    window, failure = finish_window(window_from(m), per_request, workload, definitions,
+                                    lambda name, reason: obj.error((VLLM_KEYS.get(name, name),), reason))
     return ImportedRun(
         source_tool=TOOL_VLLM,
-        source_version=version,
-        definitions=dict(VLLM_DEFINITIONS),
+        source_version=m.vllm_version or m.version,
+        definitions=definitions,
         metrics=window,
         workload=workload,
         spec_source=VLLM_SPEC_SOURCE if window.has_spec_decode else None,
         per_request=per_request,
-        source_extra=extra,
+        source_extra=_kept_setup(m, extra_of(m)),
+        failure=failure,
+        source=obj,
+        keys=VLLM_KEYS,
     )
 
 
-def import_draftboard(o: SourceObject) -> ImportedRun:
-    """A file written by `export_vllm_layout` (format 2, or the older format 1): the vLLM keys
-    plus the `draftboard` block, whose metrics (per-token ITL included) and definitions win.
-    Keys of draftboard.metrics that are not WindowMetrics fields are kept in
-    `source_extra["draftboard_metrics"]`."""
-    run = import_vllm(o)
-    block = o.data["draftboard"]
-    if not isinstance(block, dict):
-        raise o.error("draftboard", f"expected an object, got {type(block).__name__}")
-    metrics = block.get("metrics")
-    if not isinstance(metrics, dict):
-        raise o.error("draftboard.metrics", "expected an object of draftboard metric keys")
-    spec_source = block.get("spec_source")
-    if block.get("format") == 1:
-        spec = block.get("spec_decode") or {}
-        if not isinstance(spec, dict):
-            raise o.error("draftboard.spec_decode", f"expected an object, got {type(spec).__name__}")
-        metrics = {_FORMAT1_NAMES.get(k, k): v for k, v in metrics.items()}
-        metrics.update({k: v for k, v in spec.items() if k in METRICS})
-        spec_source = spec.get("spec_source")
-    elif block.get("format") != EXPORT_FORMAT:
-        raise o.error("draftboard.format", f"unknown export format {block.get('format')!r} "
-                                           f"(this draftboard reads 1 and {EXPORT_FORMAT})")
-    inner = SourceObject(metrics, o.path, o.line, prefix="draftboard.metrics.")
-    window = WindowMetrics(**{f.name: read_metric(inner, f, f.name) for f in METRIC_FIELDS})
-    definitions = block.get("definitions")
-    if not isinstance(definitions, dict):
-        definitions = dict(DRAFTBOARD_DEFINITIONS)
-    run.source_tool = TOOL_DRAFTBOARD
-    run.source_version = f"export format {block.get('format')}"
-    run.definitions = definitions
-    run.metrics = window
-    run.spec_source = spec_source if isinstance(spec_source, str) else None
-    run.source_extra.pop("draftboard", None)
-    run.source_extra["draftboard_run"] = block.get("run") or {}
-    if inner.extra():
-        run.source_extra["draftboard_metrics"] = inner.extra()
-    return run
+def import_draftboard(obj: JsonObject) -> ImportedRun:
+    """A file written by `export_vllm_layout` (format 2, or the older format 1), validated
+    (`VllmExport`): the vLLM keys plus the `draftboard` block, whose metrics (per-token ITL
+    included), definitions and run configuration (engine, model, dataset, input and output
+    length, num_prompts, concurrency) win. Keys of draftboard.metrics that are not WindowMetrics
+    fields are kept in `source_extra["draftboard_metrics"]`, the whole draftboard.run in
+    `source_extra["draftboard_run"]`."""
+    m = validate(VllmExport, obj)
+    block = m.draftboard
+    workload = _workload(m)
+    run = block.run or ExportRun()
+    for key in ("model", "dataset", "input_len", "output_len", "num_prompts", "concurrency", "engine"):
+        if getattr(run, key) is not None:
+            workload[key] = getattr(run, key)
+    if workload["engine"] is None and m.backend in ("vllm", "sglang"):
+        workload["engine"] = m.backend  # exports before draftboard.run.engine wrote the engine as backend
+    definitions = dict(block.definitions) if block.definitions is not None else dict(DRAFTBOARD_DEFINITIONS)
+    keys = {f.name: f"draftboard.metrics.{f.name}" for f in METRIC_FIELDS}
+    window, failure = finish_window(window_from(block.metrics, scaled=False), None, workload, definitions,
+                                    lambda name, reason: obj.error(tuple(keys.get(name, name).split(".")), reason))
+    extra = _kept_setup(m, extra_of(m))
+    extra["draftboard_run"] = kept(obj.data["draftboard"].get("run") or {})
+    if block.metrics.model_extra:
+        extra["draftboard_metrics"] = extra_of(block.metrics)
+    return ImportedRun(
+        source_tool=TOOL_DRAFTBOARD,
+        source_version=f"export format {block.format}",
+        definitions=definitions,
+        metrics=window,
+        workload=workload,
+        spec_source=block.spec_source,
+        per_request=per_request_lists(m),
+        source_extra=extra,
+        failure=failure,
+        source=obj,
+        keys=keys,
+    )
 
 
 def export_vllm_layout(
@@ -165,7 +276,9 @@ def export_vllm_layout(
     `window`: the run's WindowMetrics. `run_meta` (all optional): `model`, `tokenizer`,
     `backend`, `label`, `date` (str or datetime), `num_prompts`, `concurrency`, `request_rate`
     (req/s, None = unbounded, written "inf"), `burstiness`; every key of `run_meta` is also kept
-    verbatim under draftboard.run. `spec_source`: where the acceptance figures came from.
+    verbatim under draftboard.run, where `import_draftboard` reads back `engine`, `model`,
+    `dataset`, `input_len`, `output_len`, `num_prompts` and `concurrency`. `spec_source`: where
+    the acceptance figures came from.
 
     Top-level keys, as vLLM names them: the setup keys date, endpoint_type, backend, label,
     model_id, tokenizer_id, num_prompts, request_rate, burstiness, max_concurrency; then every

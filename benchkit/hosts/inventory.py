@@ -392,6 +392,8 @@ def collect_inventory(
     `run_cmd(argv) -> stdout` runs `nvidia-smi topo -m` (default: subprocess; raise on failure).
     `sysfs_root`/`proc_root` are read for NUMA nodes (`<sysfs>/bus/pci/devices/<bus id>/numa_node`,
     `<sysfs>/devices/system/node/node*/cpulist`) and the CPU model (`<proc>/cpuinfo`).
+    What the `topo -m` parser kept raw rather than understood (an unknown column or row) is
+    listed in `missing["topology_skipped"]`.
 
     Returns a HostInventory; with no NVML or no GPU, `gpus == []` and `missing["gpus"]` says why.
     The topology comes from `nvidia-smi topo -m` when it runs and parses, else is rebuilt from
@@ -444,6 +446,8 @@ def collect_inventory(
             text = run(["nvidia-smi", "topo", "-m"])
             inv.topology = parse_topo_matrix(text)
             inv.topology_source = "nvidia-smi topo -m"
+            if inv.topology.skipped:
+                inv.missing["topology_skipped"] = "nvidia-smi topo -m: " + "; ".join(inv.topology.skipped)
             if sorted(inv.topology.indices) != [g.index for g in inv.gpus]:
                 inv.missing["topology"] = (
                     f"nvidia-smi topo -m lists {inv.topology.gpus}, NVML {[g.index for g in inv.gpus]}"

@@ -8,7 +8,10 @@ message)` when it is not. Codes (docs/ARCHITECTURE.md):
 - `host_env_error`: a host fault, not a benchmark failure (device nodes missing or blocked,
   CUDA does not initialise, NVML broken), so nightly trends stay clean;
 - `gpu_busy`: a chosen GPU has compute processes or memory in use above its idle baseline;
-- `port_in_use`: the server's port is taken.
+- `port_in_use`: the server's port is taken;
+- `engine_env_error`: the engine build's own environment is not usable (its interpreter or
+  launcher is missing, its container image is not present locally, or the engine's package is
+  not found there; benchkit.engines.environment.check_engine_env), distinct from a host fault.
 
 On a GPU-less host the GPU checks have nothing to check: they return a result with
 `skipped=True` and say so in `detail`.
@@ -37,7 +40,8 @@ MODEL_INCOMPLETE = "model_incomplete"
 HOST_ENV_ERROR = "host_env_error"
 GPU_BUSY = "gpu_busy"
 PORT_IN_USE = "port_in_use"
-CODES = (MODEL_MISSING, MODEL_INCOMPLETE, HOST_ENV_ERROR, GPU_BUSY, PORT_IN_USE)
+ENGINE_ENV_ERROR = "engine_env_error"
+CODES = (MODEL_MISSING, MODEL_INCOMPLETE, HOST_ENV_ERROR, GPU_BUSY, PORT_IN_USE, ENGINE_ENV_ERROR)
 
 #: Files any one of which makes a tokenizer (Hugging Face layouts).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "tiktoken.model")
@@ -231,7 +235,8 @@ def check_device_nodes(dev_root: str | os.PathLike = "/dev") -> CheckResult:
 
 
 def _repo_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
+    """The folder that holds the `benchkit` package (so a child process can import it)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _uuid_hex(uuid: Any) -> str:

@@ -37,6 +37,18 @@ so that tau = 1 + accepted / drafts is the same quantity as vLLM's. (SGLang's ow
 too and is larger by requests / verify calls.) Draft tokens and per-position counts are not
 exposed by SGLang, so its acceptance rate and per-position rates are None.
 
+Restarts and bounds (MEASUREMENT.md, "Counters can restart between two readings"): a server that
+restarted between the two readings may already have counted past the first reading's values, so
+a decrease alone cannot reveal it. Each reading also keeps the counters' `_created` samples (the
+Unix time each series was created, which prometheus_client exports beside every counter) and
+`process_start_time_seconds`; `spec_decode_metrics` reports a restart when any counter series
+went down, when a series present in both readings has a different `_created` time, or when the
+process start time moved. The derived figures must also lie in their physical range: acceptance
+rate and every per-position rate in [0, 1], accepted tokens >= 0, tau in [1, 1 + L] where L is
+the most draft tokens one step can accept (`max_accepted_per_step`). Either problem raises a
+`CounterWindowError` whose `code` names it (`counters_restarted`, `acceptance_out_of_bounds`);
+the run keeps no acceptance figures and is marked suspect (benchkit.measure.validity).
+
 Note on parsing: `prometheus_client.parser.text_string_to_metric_families` strips `_total`
 from a counter *family* name but the *sample* names keep it, so this module matches samples
 by their full names.
@@ -64,14 +76,35 @@ SGLANG_GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang
 
 ENGINES = ("auto", "vllm", "sglang")
 
+#: prometheus_client's process collector: start time of the process serving /metrics (Unix s).
+PROCESS_START = "process_start_time_seconds"
+#: Two start times (or `_created` times) closer than this (s) are the same process (series).
+SAME_TIME_S = 1e-3
+
 
 class ScrapeError(Exception):
     """The metrics page could not be fetched, or its text could not be parsed."""
 
 
-class CounterResetError(ValueError):
-    """Two readings do not fit together: different engines, or a counter went down (the
-    server restarted inside the window)."""
+class CounterWindowError(ValueError):
+    """Two readings cannot give acceptance figures for the window; `code` says why (a key of
+    benchkit.measure.validity.REASON_CODES)."""
+
+    code = "counters_restarted"
+
+
+class CounterResetError(CounterWindowError):
+    """The readings do not come from one server life: different engines, a counter went down,
+    a counter series was re-created (`_created` moved) or the process start time moved."""
+
+    code = "counters_restarted"
+
+
+class AcceptanceBoundsError(CounterWindowError):
+    """A derived figure lies outside its physical range (a rate outside [0, 1], tau outside
+    [1, 1 + max accepted per step], negative accepted tokens)."""
+
+    code = "acceptance_out_of_bounds"
 
 
 @dataclass
@@ -84,7 +117,10 @@ class SpecCounters:
     position k (0-based) to the tokens accepted at k (empty where not exposed).
     `source` is "vllm", "sglang" or "none" (the page has no speculative-decoding counter: an
     autoregressive server). `raw` maps every relevant sample, written as `name{labels}`, to its
-    value, so a later formula fix can re-derive the figures.
+    value, so a later formula fix can re-derive the figures. `created` maps a relevant counter
+    series (`name_total{labels}`) to its `_created` sample (Unix s) where the page has one;
+    `process_start_time_s` is the page's `process_start_time_seconds` (Unix s; the earliest when
+    several processes report one), None when absent.
     """
 
     num_drafts: float = 0.0
@@ -93,6 +129,8 @@ class SpecCounters:
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
     source: str = "none"
     raw: dict[str, float] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    process_start_time_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (position keys become strings); inverse of `from_dict`."""
@@ -103,6 +141,8 @@ class SpecCounters:
             "accepted_per_pos": {str(k): v for k, v in sorted(self.accepted_per_pos.items())},
             "source": self.source,
             "raw": dict(self.raw),
+            "created": dict(self.created),
+            "process_start_time_s": self.process_start_time_s,
         }
 
     @classmethod
@@ -115,6 +155,8 @@ class SpecCounters:
             accepted_per_pos={int(k): v for k, v in (data.get("accepted_per_pos") or {}).items()},
             source=data.get("source", "none"),
             raw=dict(data.get("raw") or {}),
+            created=dict(data.get("created") or {}),
+            process_start_time_s=data.get("process_start_time_s"),
         )
 
 
@@ -167,7 +209,8 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
     """Parse a Prometheus text page into `SpecCounters`.
 
     `engine` is "vllm", "sglang" or "auto" (vLLM names win when both are present). Samples
-    ending in `_created` are ignored. Raises ScrapeError for text the Prometheus parser
+    ending in `_created` go to `created` (keyed by their `_total` series), never into the sums;
+    `process_start_time_seconds` to `process_start_time_s`. Raises ScrapeError for text the Prometheus parser
     rejects or a per-position sample without an integer `position` label, ValueError for an
     unknown `engine`. A page without speculative-decoding counters gives `source="none"` and
     zero counts.
@@ -177,6 +220,8 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
     sums: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     raw: dict[str, float] = {}
+    created: dict[str, float] = {}
+    starts: list[float] = []
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser raises ValueError and others for bad lines
@@ -184,7 +229,15 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
     for family in families:
         for sample in family.samples:
             name = sample.name
-            if not _relevant(name) or name.endswith("_created"):
+            if name == PROCESS_START:
+                starts.append(float(sample.value))
+                continue
+            if name.endswith("_created"):
+                series = name[: -len("_created")] + "_total"
+                if _relevant(series):
+                    created[_sample_key(series, sample.labels)] = float(sample.value)
+                continue
+            if not _relevant(name):
                 continue
             value = float(sample.value)
             raw[_sample_key(name, sample.labels)] = value
@@ -198,6 +251,7 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
                 per_pos[pos] = per_pos.get(pos, 0.0) + value
             sums[name] = sums.get(name, 0.0) + value
 
+    extra = {"created": created, "process_start_time_s": min(starts) if starts else None}
     has_vllm = any(n in sums for n in (VLLM_NUM_DRAFTS, VLLM_NUM_DRAFT_TOKENS, VLLM_NUM_ACCEPTED))
     has_sglang = SGLANG_VERIFY_CALLS in sums
     use = engine
@@ -211,6 +265,7 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
             accepted_per_pos=per_pos,
             source="vllm",
             raw=raw,
+            **extra,
         )
     if use == "sglang" and has_sglang:
         verify = sums[SGLANG_VERIFY_CALLS]
@@ -223,8 +278,9 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
             accepted_per_pos={},
             source="sglang",
             raw=raw,
+            **extra,
         )
-    return SpecCounters(num_draft_tokens=None if use == "sglang" else 0.0, source="none", raw=raw)
+    return SpecCounters(num_draft_tokens=None if use == "sglang" else 0.0, source="none", raw=raw, **extra)
 
 
 def scrape(metrics_url: str, timeout_s: float = 5.0, engine: str = "auto") -> SpecCounters:
@@ -243,32 +299,65 @@ def scrape(metrics_url: str, timeout_s: float = 5.0, engine: str = "auto") -> Sp
     return parse_metrics_text(response.text, engine)
 
 
+def max_accepted_per_step(method: str, num_speculative_tokens: int | None, tree_budget: int | None) -> int | None:
+    """The most draft tokens one target step can accept, L, so that tau <= 1 + L (tokens).
+
+    Chains (draft_model, eagle, eagle3, mtp, ngram, linear/DFlash): L = k, the draft length.
+    Tree methods (DDTree with node budget B, root not counted): the accepted tokens form one
+    root-to-leaf path of the tree, and B nodes make at most a chain of B, so L = B; when the
+    draft length k (block size - 1) is known too, L = min(B, k), since no path is deeper than
+    the drafter's block. This is the loosest bound that is always true; the tree's real depth
+    (which the best-first heap decides per step) is not known to the client. Returns None when
+    neither is known (the engine's default k) or for `auto`.
+    """
+    if method == "auto":
+        return None
+    known = [x for x in (num_speculative_tokens, tree_budget if method == "ddtree" else None) if x]
+    return min(known) if known else None
+
+
+def _restart_reason(before: SpecCounters, after: SpecCounters) -> str | None:
+    """Why the two readings cannot come from one server life, or None."""
+    if before.source != after.source:
+        return f"counter sources differ: before={before.source!r}, after={after.source!r}"
+    b, a = before.process_start_time_s, after.process_start_time_s
+    if b is not None and a is not None and abs(a - b) > SAME_TIME_S:
+        return f"process_start_time_seconds moved from {b:.3f} to {a:.3f}: the server restarted between the readings"
+    for key in sorted(set(before.created) & set(after.created)):
+        b, a = before.created[key], after.created[key]
+        if abs(a - b) > SAME_TIME_S:
+            return f"counter {key} was re-created ({key.rsplit('_total', 1)[0]}_created moved from {b:.3f} to {a:.3f})"
+    for key in sorted(set(before.raw) & set(after.raw)):
+        if key.split("{", 1)[0].endswith("_total") and after.raw[key] < before.raw[key]:
+            return f"counter {key} went down from {before.raw[key]:g} to {after.raw[key]:g}: the server restarted"
+    return None
+
+
 def spec_decode_metrics(
-    before: SpecCounters | None, after: SpecCounters | None
+    before: SpecCounters | None, after: SpecCounters | None, max_accepted: int | None = None
 ) -> SpecDecodeMetrics | None:
     """Acceptance figures of the window between two readings (formulas in the module doc).
 
+    `max_accepted`: the most draft tokens one step can accept (`max_accepted_per_step`), the
+    upper bound of tau - 1; when None it is the number of per-position counters the page has
+    (vLLM exposes one per draft position), else only the lower bounds are checked.
     Returns None when no draft step happened in the window (an autoregressive server,
     `source == "none"` in either reading, or a reading is None). Raises CounterResetError when
-    the readings come from different engines or a vLLM counter went down (the server restarted
-    inside the window).
+    the readings do not come from one server life (different engines, a counter went down, a
+    `_created` time or the process start time moved), AcceptanceBoundsError when a figure lies
+    outside its physical range (acceptance rate or a per-position rate outside [0, 1], negative
+    accepted tokens, tau outside [1, 1 + max_accepted]).
     """
     if before is None or after is None or before.source == "none" or after.source == "none":
         return None
-    if before.source != after.source:
-        raise CounterResetError(f"counter sources differ: before={before.source!r}, after={after.source!r}")
+    reason = _restart_reason(before, after)
+    if reason is not None:
+        raise CounterResetError(reason)
     d_drafts = after.num_drafts - before.num_drafts
     d_accepted = after.num_accepted_tokens - before.num_accepted_tokens
     d_tokens = None
     if before.num_draft_tokens is not None and after.num_draft_tokens is not None:
         d_tokens = after.num_draft_tokens - before.num_draft_tokens
-    for label, delta in (("num_drafts", d_drafts), ("num_draft_tokens", d_tokens)):
-        if delta is not None and delta < 0:
-            raise CounterResetError(
-                f"counter {label} went down by {-delta:g}: the server restarted in the window"
-            )
-    if d_accepted < 0 and after.source == "vllm":
-        raise CounterResetError(f"counter num_accepted_tokens went down by {-d_accepted:g}: server restarted")
     if d_drafts <= 0:
         return None
     positions = sorted(set(before.accepted_per_pos) | set(after.accepted_per_pos))
@@ -278,12 +367,30 @@ def spec_decode_metrics(
             delta = after.accepted_per_pos.get(k, 0.0) - before.accepted_per_pos.get(k, 0.0)
             per_pos.append(delta / d_drafts)
     rate = d_accepted / d_tokens if d_tokens else None
+    tau = 1.0 + d_accepted / d_drafts
+    bound = max_accepted if max_accepted is not None else (len(positions) or None)
+    problems = []
+    if d_accepted < 0:
+        problems.append(f"accepted tokens went negative ({d_accepted:g})")
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        problems.append(f"acceptance rate {rate:.3f} outside [0, 1]")
+    bad_pos = [f"{k}: {r:.3f}" for k, r in enumerate(per_pos) if not 0.0 <= r <= 1.0]
+    if bad_pos:
+        problems.append(f"per-position rate(s) outside [0, 1] ({', '.join(bad_pos)})")
+    if tau < 1.0 or (bound is not None and tau > 1.0 + bound):
+        upper = f"{1 + bound:g}" if bound is not None else "inf"
+        problems.append(f"acceptance length tau {tau:.3f} outside [1, {upper}]")
+    if problems:
+        raise AcceptanceBoundsError(
+            f"window deltas (drafts {d_drafts:g}, draft tokens {d_tokens if d_tokens is None else f'{d_tokens:g}'}, "
+            f"accepted {d_accepted:g}) give " + "; ".join(problems)
+        )
     return SpecDecodeMetrics(
         num_drafts=d_drafts,
         num_draft_tokens=d_tokens,
         num_accepted_tokens=d_accepted,
         acceptance_rate=rate,
-        acceptance_length=1.0 + d_accepted / d_drafts,
+        acceptance_length=tau,
         per_position_acceptance_rate=per_pos,
         source=after.source,
     )

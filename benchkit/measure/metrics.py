@@ -564,3 +564,40 @@ def measure_encoded_batch(items: list[tuple[bytes, int, int, dict[str, float] | 
     """`measure_encoded` of each (blob, window start ns, window end ns, slo), in order: one task
     for a worker process (Django-free, so a spawned worker imports only benchkit and numpy)."""
     return [measure_encoded(data, start, end, slo, cap) for data, start, end, slo in items]
+
+
+#: A gap between two token-carrying messages below this (ms) means they reached the client in one
+#: read (or two reads back to back): a coalesced arrival (MEASUREMENT.md, "Coalesced arrivals").
+COALESCED_GAP_MS = 0.1
+#: Above this share of coalesced gaps, ITL / ICL medians mislead (they fall towards 0 while TPOT
+#: is normal); a page showing ITL should say so and point to TPOT.
+COALESCED_NOTE_SHARE = 0.2
+
+
+def coalesced_share(logs: list[RequestLog] | LogColumns, gap_ms: float = COALESCED_GAP_MS) -> float | None:
+    """Share (0..1) of the ICL gaps (between consecutive token-carrying messages of completed,
+    measured requests) shorter than `gap_ms` (ms, default 0.1): how often several messages
+    arrived in one read. None when there are no gaps (every request had one message).
+
+    Source: MEASUREMENT.md, "Coalesced arrivals". Pure; warmup logs are ignored.
+    """
+    r = _requests(_columns(logs))
+    done_msgs = (r.measured & r.completed)[r.msg_req]
+    gaps = r.gap_ms[done_msgs & ~r.first]
+    if not gaps.size:
+        return None
+    return int((gaps < gap_ms).sum()) / gaps.size
+
+
+def mean_decode_tokens_per_chunk(logs: list[RequestLog] | LogColumns) -> float | None:
+    """The client's estimate of acceptance length tau (tokens per target step): the mean tokens
+    per token-carrying message over completed, measured requests, leaving out each request's
+    FIRST message, which comes from prefill (one token, no draft step). Keeping it, as
+    MEASUREMENT.md's plain "mean tokens per chunk" does, biases the estimate low by up to
+    1 / (messages per request), enough to flag a sound short-output run. None without decode
+    messages. Coalesced arrivals (several steps in one read) bias it high.
+    """
+    r = _requests(_columns(logs))
+    done_msgs = (r.measured & r.completed)[r.msg_req]
+    chunks = r.msg_tok[done_msgs & ~r.first]
+    return int(chunks.sum()) / chunks.size if chunks.size else None

@@ -5,10 +5,19 @@ A run is `succeeded` only when no rule below is broken; otherwise it is `failed`
 request logs, the run's window metrics (`benchkit.measure.metrics.WindowMetrics`) and facts the
 runner observed (readiness, teardown, GPU checks), and returns every broken rule.
 
-Besides the failure codes there is one mark that is *not* a failure: `suspect` (the server's
-acceptance length and the client's estimates disagree by more than 15 %, see
-`benchkit.measure.counters.cross_check`). A suspect run still counts; the dashboard flags it.
-Use `failures()` to keep only the codes that stop a run from counting.
+Besides the failure codes there are marks that are *not* failures (NON_FAILURE_CODES): the run
+still counts, the dashboard flags it suspect with the message:
+
+- `suspect`: the server's acceptance length and the client's estimates disagree by more than
+  15 % (`benchkit.measure.counters.cross_check`);
+- `counters_restarted` / `acceptance_out_of_bounds`: the spec-decode counters could not give
+  window figures (`benchkit.measure.counters.CounterWindowError`); the run keeps none;
+- `client_saturated`: the load client was busy enough to delay its own time stamps (CPU share
+  or event-loop lag above CLIENT_MAX_CORE_SHARE / CLIENT_MAX_LOOP_LAG_P99_MS).
+
+Use `failures()` to keep only the codes that stop a run from counting. Per-request failures are
+strings in `RequestLog.error`; `request_failure_code` maps them to REQUEST_FAILURE_CODES, and the
+`error_rate_exceeded` message counts them by code.
 """
 
 from __future__ import annotations
@@ -17,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchkit.measure.counters import cross_check
+from benchkit.measure.counters import CounterWindowError, cross_check
 from benchkit.measure.logs import RequestLog
-from benchkit.measure.metrics import WindowMetrics, request_metrics
+from benchkit.measure.metrics import WindowMetrics, mean_decode_tokens_per_chunk, request_metrics
 
 #: Reason code -> human text. Every code `check_run` can return is here.
 REASON_CODES: dict[str, str] = {
@@ -37,10 +46,57 @@ REASON_CODES: dict[str, str] = {
     "suspect": (
         "server acceptance length and client-side estimates disagree by more than 15 % (run still counts)"
     ),
+    "counters_restarted": (
+        "the server's spec-decode counters restarted between the two readings; no acceptance figures "
+        "(run still counts)"
+    ),
+    "acceptance_out_of_bounds": (
+        "acceptance figures from the counters lie outside their physical range; none kept (run still counts)"
+    ),
+    "client_saturated": (
+        "the load client was too busy to time the stream exactly (CPU share or event-loop lag above "
+        "its threshold); latency figures may measure the client (run still counts)"
+    ),
 }
 
 #: Codes that are marks, not failures.
-NON_FAILURE_CODES = frozenset({"suspect"})
+NON_FAILURE_CODES = frozenset({"suspect", "counters_restarted", "acceptance_out_of_bounds", "client_saturated"})
+
+#: Per-request failure codes (`request_failure_code`) -> what they mean.
+REQUEST_FAILURE_CODES: dict[str, str] = {
+    "http_error": "the server answered a non-2xx status",
+    "timeout": "no complete answer within the request timeout",
+    "transport": "the connection failed or broke",
+    "stream_error": "the stream carried an error object",
+    "error_body": "a 2xx answer whose body is a JSON error instead of an event stream",
+    "bad_stream": "invalid UTF-8, an event that is not a JSON object, or no event stream at all",
+    "truncated_stream": "the stream ended without a finish reason, final usage message or [DONE]",
+    "zero_output_tokens": "a complete 2xx stream that carried no output token",
+    "other": "any other failure",
+}
+_ERROR_PREFIXES = (
+    ("http ", "http_error"),
+    ("timeout after", "timeout"),
+    ("transport:", "transport"),
+    ("stream error:", "stream_error"),
+    ("error body:", "error_body"),
+    ("bad_stream:", "bad_stream"),
+    ("bad stream message", "bad_stream"),  # request logs written before issue 13
+    ("truncated_stream:", "truncated_stream"),
+    ("zero output tokens", "zero_output_tokens"),
+)
+
+#: `client_saturated` thresholds. One event loop runs on one core, so a client process near a full
+#: core delays every read behind the others (the issue's example bound: 90 % of one core).
+#: Event-loop lag is how late a timer due every 5 ms ran (`benchkit.measure.loadgen.LAG_INTERVAL_S`).
+#: Seen on the 2-core dev machine: 0.1-0.3 ms on an idle loop (the selector's timeout
+#: granularity); p99 of 4-8 ms while a vLLM CPU server kept both cores busy (a waking process
+#: waits up to one scheduler tick, 4 ms at 250 Hz); 50-110 ms during a fresh server's first
+#: requests of a new batch size and during a full garbage-collector pass of a large process (the
+#: latter is now avoided, see loadgen._Headroom). 10 ms lies above ordinary contention and at one
+#: TPOT of a fast GPU server, where late stamps start to change ITL figures.
+CLIENT_MAX_CORE_SHARE = 0.9
+CLIENT_MAX_LOOP_LAG_P99_MS = 10.0
 
 #: Relative tolerance for output and input lengths (5 %), and the share of requests that must
 #: meet it (95 %), from MEASUREMENT.md.
@@ -57,12 +113,12 @@ class Violation:
 
     @property
     def is_failure(self) -> bool:
-        """False only for marks such as `suspect`, which do not stop a run from counting."""
+        """False only for marks (NON_FAILURE_CODES, e.g. `suspect`), which do not stop a run from counting."""
         return self.code not in NON_FAILURE_CODES
 
 
 def failures(violations: Sequence[Violation]) -> list[Violation]:
-    """The violations that stop a run from counting (everything but `suspect`)."""
+    """The violations that stop a run from counting (everything but the marks in NON_FAILURE_CODES)."""
     return [v for v in violations if v.is_failure]
 
 
@@ -82,7 +138,45 @@ def _teardown_facts(teardown: Any) -> tuple[bool | None, bool | None, str, str]:
     clean = teardown.get("clean")
     survivors = teardown.get("survivors") or []
     detail = f"surviving pids {sorted(survivors)}" if survivors else ""
+    outside = teardown.get("outside") or {}  # a container its runtime did not stop
+    if outside and not outside.get("clean"):
+        left = f"`{' '.join(outside.get('argv') or [])}` left it running: {outside.get('output') or 'no output'}"
+        detail = f"{detail}; {left}" if detail else left
     return clean, teardown.get("gpus_freed"), detail, str(teardown.get("gpus_message") or "")
+
+
+def request_failure_code(error: str) -> str:
+    """The REQUEST_FAILURE_CODES key of a `RequestLog.error` (or RequestMetrics.failure) string,
+    by its prefix (benchkit.measure.loadgen writes them); "other" for anything else."""
+    for prefix, code in _ERROR_PREFIXES:
+        if error.startswith(prefix):
+            return code
+    return "other"
+
+
+def client_saturation(client: Any, max_core_share: float = CLIENT_MAX_CORE_SHARE,
+                      max_loop_lag_p99_ms: float = CLIENT_MAX_LOOP_LAG_P99_MS) -> str | None:
+    """Why the load client counts as saturated, or None. `client`: a
+    `benchkit.measure.loadgen.ClientHeadroom` or its `asdict` form (`max_core_share`, 0..1 of one
+    core; `loop_lag_p99_ms`, ms; `processes`); None breaks nothing."""
+    if client is None:
+        return None
+    c = client if isinstance(client, Mapping) else vars(client)
+    share, lag, procs = c.get("max_core_share"), c.get("loop_lag_p99_ms"), c.get("processes") or 1
+    problems = []
+    if share is not None and share > max_core_share:
+        problems.append(f"its busiest process used {share:.0%} of one core (> {max_core_share:.0%})")
+    if lag is not None and lag > max_loop_lag_p99_ms:
+        problems.append(f"event-loop lag p99 {lag:.2f} ms (> {max_loop_lag_p99_ms:g} ms)")
+    if not problems:
+        return None
+    if share is not None and share <= max_core_share:
+        hint = (f"while using only {share:.0%} of a core: the client was not scheduled in time (the host's "
+                "CPUs were busy, e.g. a CPU inference server beside the client)")
+    else:
+        hint = "more client processes would help"
+    return (f"client_saturated: over the window the load client ({procs} process{'es' if procs > 1 else ''}) "
+            + " and ".join(problems) + f"; {hint}; TPOT and ITL may measure the client")
 
 
 def length_share_within(pairs: Sequence[tuple[float, float]], tolerance: float = LENGTH_TOLERANCE) -> float:
@@ -106,6 +200,8 @@ def check_run(
     gpus_idle_detail: str = "",
     gpus_freed_after: bool | None = None,
     gpus_freed_detail: str = "",
+    counter_error: CounterWindowError | None = None,
+    client: Any = None,
     suspect_messages: Sequence[str] = (),
     length_tolerance: float = LENGTH_TOLERANCE,
     min_share_within: float = MIN_SHARE_WITHIN,
@@ -131,9 +227,12 @@ def check_run(
       whose `clean` gives `teardown_incomplete` and whose optional `gpus_freed` /
       `gpus_message` keys give `gpus_not_freed`) or `teardown_clean`; `gpus_idle_before`;
       `gpus_freed_after` (wins over the teardown dict's `gpus_freed`).
-    - Suspect marks (not failures): `suspect_messages` as given, plus, when the window has the
+    - Marks (not failures): `suspect_messages` as given (code `suspect`); when the window has the
       server's acceptance length (`window.acceptance_length`, from its counters), the result of
-      `benchkit.measure.counters.cross_check(tau, mean decode tokens per chunk, mean ICL / mean TPOT)`.
+      `counters.cross_check(tau, metrics.mean_decode_tokens_per_chunk(logs), mean ICL / mean
+      TPOT)` (code `suspect`); `counter_error` (the `counters.CounterWindowError` the counter
+      deltas raised) as its own code; `client` (a `loadgen.ClientHeadroom` or its dict) checked
+      by `client_saturation` (code `client_saturated`).
 
     Returns the violations in a fixed order (failures first, in REASON_CODES order; then
     suspect marks); an empty list means the run counts. Pure: no I/O.
@@ -161,10 +260,16 @@ def check_run(
             error_rate = (len(per_request) - len(done)) / len(per_request)
         if error_rate > max_error_rate:
             n_failed = len(per_request) - len(done)
+            by_code: dict[str, int] = {}
+            for _, rm in per_request:
+                if not rm.completed:
+                    code = request_failure_code(rm.failure)
+                    by_code[code] = by_code.get(code, 0) + 1
+            kinds = ", ".join(f"{code} {n}" for code, n in sorted(by_code.items(), key=lambda kv: -kv[1]))
             out.append(Violation(
                 "error_rate_exceeded",
-                f"error rate {error_rate:.2%} ({n_failed} of {len(per_request)} measured requests failed) "
-                f"exceeds the threshold {max_error_rate:.2%}",
+                f"error rate {error_rate:.2%} ({n_failed} of {len(per_request)} measured requests failed"
+                + (f": {kinds}" if kinds else "") + f") exceeds the threshold {max_error_rate:.2%}",
             ))
 
     if ignore_eos:
@@ -210,15 +315,17 @@ def check_run(
     suspects = list(suspect_messages)
     if window.acceptance_length is not None:
         icl, tpot = window.mean_icl_ms, window.mean_tpot_ms
-        # Tokens per decode step as the client saw them: each request's first chunk comes from
-        # prefill (one token, no draft step), so it is left out here, as ICL / TPOT leaves it out.
-        # (MEASUREMENT.md's mean tokens per chunk keeps it; for short outputs that biases the
-        # estimate low by up to 1 / chunks per request, enough to flag a sound run suspect.)
-        decode_chunks = [t for _, rm in done for t in rm.tokens_per_chunk[1:]]
+        # Tokens per decode step as the client saw them, each request's first (prefill) chunk
+        # left out, as ICL / TPOT leaves it out (see mean_decode_tokens_per_chunk).
         suspects += cross_check(
             window.acceptance_length,
-            sum(decode_chunks) / len(decode_chunks) if decode_chunks else None,
+            mean_decode_tokens_per_chunk(list(logs)),
             icl / tpot if icl is not None and tpot else None,
         )
     out.extend(Violation("suspect", m) for m in suspects)
+    if counter_error is not None:
+        out.append(Violation(counter_error.code, f"{counter_error.code}: {counter_error}; no acceptance figures kept"))
+    saturated = client_saturation(client)
+    if saturated is not None:
+        out.append(Violation("client_saturated", saturated))
     return out

@@ -48,7 +48,8 @@ def point_sweep_dict(spec: RunSpec, name: str, description: str = "") -> dict[st
     doc.update(engine=s.engine, model=s.model)
     if s.engine_build:
         doc["engine_build"] = s.engine_build
-    doc["port"] = spec.port
+    if spec.port is not None:  # pinned by its sweep; otherwise the runner picks a free one again
+        doc["port"] = spec.port
     server = {k: getattr(s, k) for k in _SERVER_KEYS if getattr(s, k) != getattr(default_server, k)}
     if server:
         doc["server"] = server

@@ -1,10 +1,14 @@
 """Execute benchmark runs end to end, Django-free, and return what happened.
 
-Order (issue 2, MEASUREMENT.md): preflight (model and drafter paths, a real CUDA init in a
-child process and the device nodes, idle GPUs, free ports) -> start the server in its own
-process group (argv list) -> wait for readiness with a timeout -> for each run: warmup ->
-read the Prometheus counters -> measured window -> read the counters again -> then stop the
-whole process group and check the GPUs are free -> compute metrics and validity per run.
+Order (issue 2, MEASUREMENT.md): a port (the sweep's pinned one, else a free one chosen now
+with the ports the engine derives from it) -> preflight (`preflight_checks`: model and
+drafter paths, the build's own environment and its provenance, a real CUDA init in a child
+process and the device nodes, idle GPUs, free ports) -> start the server in its own process
+group (argv list, through the build's interpreter or launcher, benchkit.engines.environment;
+an external endpoint is only checked) -> wait for readiness with a timeout -> for each run:
+warmup -> read the Prometheus counters -> measured window -> read the counters again -> then
+stop what the launch started (a container through its runtime, then the whole process group)
+and check the GPUs are free -> compute metrics and validity per run.
 
 `execute_runs` takes several runs whose server configuration is identical (`RunSpec.server_key()`):
 they differ only in workload (concurrency, lengths, request rate, repeat), so MEASUREMENT.md
@@ -19,17 +23,22 @@ here raises for a benchmark failure and no server process is left behind.
 from __future__ import annotations
 
 import dataclasses
-import sys
+import os
+import socket
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import psutil
 
-from benchkit.engines import adapters
-from benchkit.engines.server import ManagedServer, ServerStartError
+from benchkit.engines import adapters, environment
+from benchkit.engines.server import ManagedServer, ServerStartError, wait_for_urls
 from benchkit.hosts import preflight
+from benchkit.hosts.teardown import SERVER_TAG_ENV
 from benchkit.measure import counters, loadgen, metrics, validity, workloads
 from benchkit.measure.logs import RequestLog
 from benchkit.measure.metrics import WindowMetrics
@@ -47,6 +56,10 @@ class RunHooks(Protocol):
     def progress(self, done: int, total: int) -> None:
         """`done` of `total` measured requests have finished."""
 
+    def server_started(self, pgid: int, tag: str) -> None:
+        """The managed server runs as process group `pgid`; its processes carry
+        SERVER_TAG_ENV=`tag` (a supervisor uses both to stop it if this process dies)."""
+
 
 class NullHooks:
     """Hooks that do nothing (command-line use)."""
@@ -57,6 +70,9 @@ class NullHooks:
     def progress(self, done: int, total: int) -> None:  # noqa: D102
         pass
 
+    def server_started(self, pgid: int, tag: str) -> None:  # noqa: D102
+        pass
+
 
 @dataclass
 class RunOutcome:
@@ -65,10 +81,19 @@ class RunOutcome:
     `ok` is True only when the run counts (MEASUREMENT.md "When a run does not count");
     otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
     `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
-    what happened. `server_shared`: the run shared its server start with other runs.
+    what happened. `server_shared`: the run shared its server start with other runs. `port`:
+    the server's main port (the sweep's pinned one, or the free one chosen at start; None for
+    an external server or when preflight failed before a port was chosen). `provenance`: what
+    the engine's own environment says about itself (benchkit.engines.environment.check_engine_env:
+    build, launcher, engine distribution, version and git commit, torch and CUDA versions);
+    `version_error` in it says why the version could not be read. `engine_version` /
+    `engine_commit` copy its version and commit ('' when unknown).
     `metrics` holds the window's figures (benchkit.measure.metrics.WindowMetrics, the
-    speculative-decoding fields from the counter deltas); `spec_source` names the counters those
+    speculative-decoding fields from the counter deltas, None when the counters restarted or gave
+    figures out of bounds: then a suspect mark says so); `spec_source` names the counters those
     came from (`vllm`, `sglang`; empty without drafts); `distributions` the run page's samples.
+    `client_headroom`: the load client's CPU and event-loop lag over the window
+    (`dataclasses.asdict` of benchkit.measure.loadgen.ClientHeadroom).
     """
 
     ok: bool
@@ -90,44 +115,102 @@ class RunOutcome:
     teardown: dict[str, Any] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     server_shared: bool = False
+    client_headroom: dict[str, Any] = field(default_factory=dict)
+    port: int | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def free_port(start: int, attempts: int = 200) -> int:
-    """First port >= `start` that preflight.check_port_free accepts (a real bind).
+def choose_port(adapter: adapters.EngineAdapter, attempts: int = 100) -> int:
+    """A main port for a server of `adapter`'s engine, chosen now: a port the kernel hands out as
+    free (a bind to port 0 on 127.0.0.1, so two workers on one host, or another program that
+    uses an engine's default port, rarely pick the same one), kept only when every port of
+    `adapter.port_span(p)` (the main port and those the engine derives from it, e.g. SGLang's
+    p + 233 ...) passes preflight.check_port_free (a real bind on 127.0.0.1 and 0.0.0.0).
 
-    Raises RuntimeError when none is found in `attempts` tries."""
-    for port in range(start, start + attempts):
+    Raises RuntimeError when none of `attempts` candidates is free with its derived ports."""
+    for _ in range(attempts):
+        port = _kernel_free_port()
         try:
-            preflight.check_port_free(port)
+            for p in adapter.port_span(port) or [port]:
+                preflight.check_port_free(p)
             return port
-        except preflight.PreflightError:
+        except (preflight.PreflightError, ValueError):
             continue
-    raise RuntimeError(f"no free port in {start}..{start + attempts - 1}")
+    raise RuntimeError(f"no free port for {adapter.name} in {attempts} tries (each with the ports the engine "
+                       "derives from it)")
 
 
-def _preflight(spec: RunSpec, adapter: adapters.EngineAdapter, port: int) -> None:
+def _kernel_free_port() -> int:
+    """A port the kernel hands out as free now (bind to 127.0.0.1:0, then close)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _check_listener(server: ManagedServer, port: int) -> None:
+    """Raise ServerStartError `port_in_use` when the port the readiness check reached is held by
+    a process outside the server's process group: another program took the chosen port between
+    the check and the server's bind, and answered for it. Says nothing when the listener cannot
+    be seen (psutil.net_connections)."""
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
+    except (psutil.Error, OSError):
+        return
+    ours = set()
+    for pid in pids - {None}:
+        try:
+            if os.getpgid(pid) == server.pgid:
+                ours.add(pid)
+        except OSError:
+            continue
+    if pids and not ours:
+        raise ServerStartError("port_in_use", f"port {port} answered the readiness check, but it is held by "
+                                              f"pid(s) {sorted(p for p in pids if p) or 'of another user'} outside "
+                                              "the server's process group: another program took the port after it "
+                                              f"was chosen (log {server.log_path})")
+
+
+def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter,
+                     launch: environment.Launch) -> list[tuple[str, Callable[[], Any]]]:
+    """The checks made before `spec`'s server starts, in order, as (name, check) pairs; each
+    check raises preflight.PreflightError when it fails. The runner stops at the first failure;
+    a dry run (benchkit.sweeps.dryrun) runs them all.
+
+    Names: `model`, `drafter` (directories complete; no weights needed with `load_format:
+    dummy`), `engine_env` (the build's interpreter or launcher and the engine in it; returns
+    the provenance, environment.check_engine_env), `cuda_init` (a real CUDA initialisation on
+    the run's GPUs in a child process; when it fails, the device-node check says which node is
+    missing or blocked), `gpus_idle`, `ports` (the main port and those the engine derives
+    from it, `adapter.port_span`)."""
     s = spec.server
     dummy = s.load_format == "dummy"
-    preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy)
+    checks: list[tuple[str, Callable[[], Any]]] = [
+        ("model", lambda: preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy))]
     method = METHODS.get(s.method)  # an unknown method fails in build_argv, with its reason
     if s.drafter and method and method.takes_drafter:
-        preflight.check_model_dir(s.drafter, role="drafter", allow_no_weights=dummy)
+        checks.append(("drafter", lambda: preflight.check_model_dir(s.drafter, role="drafter",
+                                                                    allow_no_weights=dummy)))
+    checks.append(("engine_env", lambda: environment.check_engine_env(launch)))
     uuids = [g.uuid for g in spec.gpus]
     if uuids:
-        # A real CUDA initialisation in a child process (NVML alone is not enough). It runs
-        # first because /dev/nvidia-uvm may only appear once CUDA is used on bare metal; when it
-        # fails, the device-node check says which node is missing or blocked.
-        try:
-            preflight.check_cuda_init(uuids)
-        except preflight.PreflightError as exc:
+        # It runs first among the GPU checks because /dev/nvidia-uvm may only appear once CUDA is
+        # used on bare metal.
+        def cuda_init() -> Any:
             try:
-                preflight.check_device_nodes()
-            except preflight.PreflightError as nodes:
-                raise preflight.PreflightError(exc.code, f"{exc.message}; {nodes.message}") from None
-            raise
-        preflight.check_gpus_idle(uuids)
-    for p in adapter.port_span(port):  # the main port and those the engine derives from it
-        preflight.check_port_free(p)
+                return preflight.check_cuda_init(uuids)
+            except preflight.PreflightError as exc:
+                try:
+                    preflight.check_device_nodes()
+                except preflight.PreflightError as nodes:
+                    raise preflight.PreflightError(exc.code, f"{exc.message}; {nodes.message}") from None
+                raise
+
+        checks.append(("cuda_init", cuda_init))
+        checks.append(("gpus_idle", lambda: preflight.check_gpus_idle(uuids)))
+    ports = adapter.port_span(launch.port) if launch.port is not None else []
+    checks.append(("ports", lambda: [preflight.check_port_free(p) for p in ports]))
+    return checks
 
 
 def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | None = None) -> RunOutcome:
@@ -136,8 +219,14 @@ def execute_run(spec: RunSpec, hooks: RunHooks | None = None, workdir: Path | No
     return execute_runs([spec], [hooks or NullHooks()], workdir)[0]
 
 
-def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | None = None) -> list[RunOutcome]:
+def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | None = None,
+                 server_tag: str = "") -> list[RunOutcome]:
     """Run every spec on ONE server start, in order, and return one outcome per spec.
+
+    A managed server is started with SERVER_TAG_ENV=`server_tag` (default: a fresh random
+    value) in its environment, and every hook's `server_started(pgid, tag)` is called once it
+    runs. An external endpoint (engine `external`) must answer its readiness URL within the
+    ready timeout, else the first run fails `server_not_ready` (not `workload_error`).
 
     All specs must have the same `RunSpec.server_key()` (ValueError otherwise). The prefix cache is
     reset before each run after the first (vLLM `/reset_prefix_cache`, SGLang
@@ -158,24 +247,42 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     t0 = time.monotonic()
     server: ManagedServer | None = None
     hooks[0].state("preflight")
+    launch: environment.Launch | None = None
+    provenance: dict[str, Any] = {}
     try:
         adapter = adapters.adapter_for(s.engine)
-        version = adapter.version(sys.executable)
+        port: int | None = None
         if s.engine == "external":
             base_url, argv, env = s.endpoint_url.rstrip("/"), [], {}
+            provenance = environment.unreadable_provenance(
+                "external", "an external server: draftboard did not start it and cannot read its engine's version",
+                {"kind": "external", "endpoint_url": s.endpoint_url})
         else:
-            port = first.port or free_port(8100)
-            _preflight(first, adapter, port)
-            argv = adapter.build_argv(s, port, python=sys.executable, seed=first.workload.seed)
-            env = adapter.env(first.gpus, server=s)
+            port = first.port if first.port is not None else choose_port(adapter)
+            launch = adapter.launch(s, port, first.gpus, seed=first.workload.seed, workdir=workdir,
+                                    name_hint=workdir.name)
+            provenance = environment.unreadable_provenance(
+                launch.build_env.build, "preflight failed before the engine's environment was read",
+                {"kind": launch.build_env.kind, "python": launch.build_env.python})
+            for name, check in preflight_checks(first, adapter, launch):
+                result = check()
+                if name == "engine_env":
+                    provenance = result
+            launch.env[SERVER_TAG_ENV] = server_tag or uuid.uuid4().hex  # names the server's processes
+            launch.write_env_file()
+            argv, env = launch.argv, launch.env
             base_url = f"http://127.0.0.1:{port}"
     except preflight.PreflightError as exc:
-        return _fail_all(outs, exc.code, exc.message)
+        if exc.code == preflight.ENGINE_ENV_ERROR:
+            provenance["version_error"] = exc.message
+        return _fail_all(outs, exc.code, exc.message, provenance, launch)
     except (adapters.EngineConfigError, RuntimeError, OSError) as exc:
-        return _fail_all(outs, "config_error", str(exc))
+        return _fail_all(outs, "config_error", str(exc), provenance, launch)
     for out in outs:
-        out.engine_version = version.get("version") or ""
-        out.engine_commit = version.get("git_commit") or ""
+        out.port = port
+        out.provenance = provenance
+        out.engine_version = provenance.get("version") or ""
+        out.engine_commit = provenance.get("git_commit") or ""
         out.argv, out.env = argv, env
         out.timings_s["preflight"] = time.monotonic() - t0
 
@@ -184,10 +291,18 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     try:
         hooks[0].state("starting")
         if s.engine != "external":
-            server = ManagedServer(argv, env, workdir / "server.log")
+            server = ManagedServer(argv, env, workdir / "server.log",
+                                   stop_outside=launch.stop_outside if launch and launch.container_name else None)
             server.start()
+            for hook in hooks:
+                hook.server_started(server.pgid, env[SERVER_TAG_ENV])
             ready_s = server.wait_ready(adapter.ready_urls(base_url), first.limits.ready_timeout_s)
-            outs[0].timings_s["ready"] = ready_s
+            if launch is not None and not launch.container_name:  # a container's listener is not in the group
+                _check_listener(server, launch.port)
+        else:  # someone else's server: nothing to start, but it must answer before any load
+            ready_s = wait_for_urls(adapter.ready_urls(base_url), first.limits.ready_timeout_s,
+                                    where=f"external endpoint {base_url}")
+        outs[0].timings_s["ready"] = ready_s
         for i, (spec, hook, out) in enumerate(zip(specs, hooks, outs, strict=True)):
             if i > 0:
                 hook.state("preflight", note="shares the server of the run before it")
@@ -219,9 +334,13 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     return outs
 
 
-def _fail_all(outs: list[RunOutcome], reason: str, message: str) -> list[RunOutcome]:
+def _fail_all(outs: list[RunOutcome], reason: str, message: str, provenance: dict[str, Any] | None = None,
+              launch: environment.Launch | None = None) -> list[RunOutcome]:
     for out in outs:
         out.reason, out.message = reason, message
+        out.provenance = dict(provenance or {})
+        if launch is not None:  # what would have been started, for the run page
+            out.argv, out.env, out.port = launch.argv, launch.env, launch.port
     return outs
 
 
@@ -267,6 +386,8 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
         return
     out.logs = result.logs
     out.window_start_ns, out.window_end_ns = result.window_start_ns, result.window_end_ns
+    if result.client is not None:
+        out.client_headroom = dataclasses.asdict(result.client)
     if server is not None and not server.alive():
         out.reason = "server_died"
         out.message = f"the server exited during the run (exit code {server.returncode})"
@@ -294,16 +415,19 @@ def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutc
     window = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
     out.metrics = window
     out.distributions = metrics.distributions(out.logs or [])
+    s, counter_error = spec.server, None
     try:
-        sd = counters.spec_decode_metrics(readings.get("before"), readings.get("after"))
-    except counters.CounterResetError as exc:  # the server restarted inside the window
-        out.reason, out.message = "counters_reset", str(exc)
-        return out
+        sd = counters.spec_decode_metrics(
+            readings.get("before"), readings.get("after"),
+            counters.max_accepted_per_step(s.method, s.num_speculative_tokens, s.tree_budget))
+    except counters.CounterWindowError as exc:  # restarted or out of bounds: no figures, a suspect mark
+        sd, counter_error = None, exc
     if sd is not None:
         out.metrics = window = window.with_spec_decode(sd.to_flat())
         out.spec_source = sd.source
     marks = validity.check_run(out.logs or [], window, ignore_eos=w.ignore_eos,
-                               max_error_rate=spec.limits.max_error_rate, teardown=out.teardown)
+                               max_error_rate=spec.limits.max_error_rate, teardown=out.teardown,
+                               counter_error=counter_error, client=out.client_headroom or None)
     out.suspect_reasons = [v.message for v in marks if not v.is_failure]
     violations = validity.failures(marks)
     out.violations = [(v.code, v.message) for v in violations]

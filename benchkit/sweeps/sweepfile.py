@@ -10,7 +10,7 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     engine_build: ""                 # default build (key into engine_flags.yaml `builds`)
     model: /models/Qwen3.5-27B       # target model dir or name; "{demo_target}" style placeholders
     drafter: /models/...-DFlash      # default drafter of the methods that need one
-    port: 30000                      # default: the engine's usual port
+    port: 30000                      # pin the server's port (else a free one is chosen at run time)
     server: {dtype, max_model_len, load_format, served_model_name, prefix_caching,
              extra_args, env, endpoint_url, is_demo_model}
     grid:
@@ -65,8 +65,10 @@ from benchkit.configfile import (
     yaml_problem,
 )
 from benchkit.engines.adapters import EngineConfigError, adapter_for
-from benchkit.engines.catalog import DEFAULT_PORTS, LAUNCHED_ENGINES, EngineName
+from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
+from benchkit.hosts.allocation import Allocation, plan_sweep_gpus
+from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 
@@ -395,7 +397,6 @@ class SweepSpec:
         runs: list[RunSpec] = []
         g = self.grid
         demo = bool(self.server.get("is_demo_model")) or is_demo_model(self.model)
-        port = self.port if self.port is not None else DEFAULT_PORTS[self.engine]
         for tp, variant in itertools.product(g["tp"], g["methods"]):
             prefix = variant.prefix_caching
             if prefix is None:
@@ -437,12 +438,22 @@ class SweepSpec:
                             server=copy.deepcopy(server),
                             workload=workload,
                             gpus=list(assign_gpus(tp)) if assign_gpus else [],
-                            port=port,
+                            port=self.port,
                             repeat_index=rep,
                             limits=Limits(**self.limits),
                         )
                     )
         return runs
+
+    def expand_on(self, inventory: HostInventory | None) -> tuple[dict[int, Allocation], list[RunSpec]]:
+        """The runs with their GPUs planned from a host's inventory: (TP degree -> Allocation,
+        `expand()` with every run of one TP degree on that degree's GPUs). Without an inventory
+        no GPUs are planned ({} and runs with `gpus` []). Raises AllocationError when the host
+        cannot hold a TP degree or a pinned GPU (benchkit.hosts.allocation.plan_sweep_gpus)."""
+        if inventory is None:
+            return {}, self.expand()
+        plan = plan_sweep_gpus(inventory, self.grid["tp"], self.pinned_gpus)
+        return plan, self.expand(assign_gpus=lambda tp: plan[tp].gpu_refs())
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep as plain JSON-ready data (the parsed file, placeholders substituted)."""
@@ -496,6 +507,7 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         raise SweepError(source, p.line, p.field, p.reason) from None
     variants = sf.variants()
     _check_against_flags(sf, variants, data, source)
+    _check_baseline_builds(sf, variants, data, source)
     workload = sf.workload.model_dump(exclude_unset=True)
     grid: dict[str, Any] = {"tp": list(sf.grid.tp), "methods": [v for _, v in variants]}
     for axis in GRID_AXES:
@@ -524,7 +536,8 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
 
 
 def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
-    """Every (method, build) must be defined in the engine flags file for the engine."""
+    """Every (method, build) must be defined in the engine flags file for the engine, and the
+    build's environment (`python`, `launcher`) must be well formed."""
     if sf.engine not in LAUNCHED_ENGINES:
         return
     try:
@@ -533,11 +546,32 @@ def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]
         raise SweepError(source, None, "engine", str(exc)) from None
     for i, variant in variants:
         try:
-            adapter.method_entry(variant.method, variant.engine_build if variant.engine_build is not None
-                                 else sf.engine_build)
+            build = variant.engine_build if variant.engine_build is not None else sf.engine_build
+            adapter.method_entry(variant.method, build)
+            adapter.build_env(build)
         except EngineConfigError as exc:
             line, shown = locate(data, ("grid", "methods", i))
             raise SweepError(source, line, format_field(shown), str(exc)) from None
+
+
+def _check_baseline_builds(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
+    """A sweep that measures `auto` must measure it on every engine build its other methods use:
+    a speedup divides two runs of the same build (MEASUREMENT.md "Comparing runs"), so a method
+    on a build without an `auto` run would never get a number. Raises SweepError at that method."""
+    def build(v: MethodVariant) -> str:
+        return v.engine_build if v.engine_build is not None else sf.engine_build
+
+    baselines = {build(v) for _, v in variants if v.method == "auto"}
+    if not baselines:
+        return
+    for i, v in variants:
+        if build(v) not in baselines:
+            line, shown = locate(data, ("grid", "methods", i))
+            raise SweepError(source, line, format_field(shown) + ".engine_build",
+                             f"{v.label} runs on build {build(v) or sf.engine!r} but auto runs only on "
+                             f"{', '.join(repr(b or sf.engine) for b in sorted(baselines))}: its speedups would have "
+                             "no baseline; set engine_build at the top level so every method runs on one build, or "
+                             "add an auto entry with the same engine_build")
 
 
 def load_sweep_file(path: str | Path, variables: dict[str, str] | None = None) -> SweepSpec:

@@ -2,12 +2,16 @@
 
 Slow I/O (server start, load) happens outside any transaction; the outcome is stored in one
 transaction, so a crash leaves the run `failed` with a reason and never half-stored metrics.
+A worker that dies mid-run leaves the run to the reaper (runs.services.supervision), which the
+claim feeds: the claim records the executing process, a heartbeat thread keeps the run's
+heartbeat, and the server's process group and tag are recorded as soon as it starts.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -17,10 +21,10 @@ from django.db import transaction
 from benchkit.measure.logs import encode_logs
 from benchkit.specs import RunSpec
 from benchkit.sweeps.runner import RunOutcome, execute_runs
-from runs.models import Host, RequestLogBlob, Run, RunState
-from runs.services import hosts, leases
+from runs.models import ACTIVE_STATES, Host, RequestLogBlob, Run, RunState
+from runs.services import hosts, leases, regressions, supervision
 from runs.services.metrics_store import store_metrics
-from runs.services.transitions import IllegalTransition, transition
+from runs.services.transitions import IllegalTransition, record, transition
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ class _DjangoHooks:
         self._last_progress = now
         Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
 
+    def server_started(self, pgid: int, tag: str) -> None:
+        """Record the run's managed server (process group `pgid`, tag `tag`) for the reaper."""
+        supervision.record_server([self.run.pk], pgid, tag)
+
 
 def execute(run_id: int) -> Run:
     """Execute queued run `run_id` on a server of its own; see execute_group."""
@@ -58,17 +66,27 @@ def execute_group(run_ids: list[int]) -> list[Run]:
     """Execute queued runs that share one server start (same RunSpec.server_key(), same
     host), in the given order, and return them in their final states.
 
-    Leases the GPUs first: raises leases.GpusBusy (the runs stay queued; the task retries
-    later) when another run holds one. Then claims each run atomically (queued -> preflight);
-    runs another worker already claimed, or that are not queued, are left untouched. A
-    quarantined host fails the runs with `host_quarantined`. Never raises for a benchmark
-    failure: those end as state `failed` with `failure_reason`.
+    First reaps the host's runs whose worker died (supervision.reap), so their GPUs and ports
+    are free. Runs that are no longer queued were delivered before: each is left untouched and
+    the duplicate delivery is recorded in its history (a run is claimed at most once). Then
+    leases the GPUs: raises leases.GpusBusy (the runs stay queued; the task retries later) when
+    another run holds one. Then claims each run atomically (queued -> preflight), recording the
+    executing process and its deadline (supervision.claim_fields); a heartbeat thread runs while
+    they execute. A quarantined host fails the runs with `host_quarantined`. Never raises for a
+    benchmark failure: those end as state `failed` with `failure_reason`.
     """
+    first = Run.objects.select_related("host").filter(pk__in=run_ids).first()
+    if first is None:
+        return []
+    supervision.reap(first.host)
     runs = list(Run.objects.select_related("host").filter(pk__in=run_ids))
     runs.sort(key=lambda r: run_ids.index(r.pk))
+    for state in sorted({r.state for r in runs if r.state != RunState.QUEUED}):
+        record([r for r in runs if r.state == state],
+               f"duplicate delivery ignored: the run is already {state} (a run is claimed at most once)")
     todo = [r for r in runs if r.state == RunState.QUEUED]
     if not todo:
-        log.info("runs %s are not queued: nothing to do", run_ids)
+        log.info("runs %s are not queued: duplicate delivery, nothing to do", run_ids)
         return runs
     host: Host = todo[0].host
     if host.quarantined:
@@ -80,10 +98,13 @@ def execute_group(run_ids: list[int]) -> list[Run]:
     leases.acquire(holder, [g.uuid for g in specs[0].gpus], ttl_s=ttl)
     try:
         claimed = []
+        tag = uuid.uuid4().hex  # names this server start's processes (benchkit.hosts.teardown.SERVER_TAG_ENV)
         for run, spec in zip(todo, specs, strict=True):
             try:
-                note = "claimed by worker" + (" (shares one server start)" if len(todo) > 1 else "")
-                transition(run, RunState.PREFLIGHT, note=note)
+                claim = supervision.claim_fields(ttl)
+                note = (f"claimed by worker pid {claim['worker_pid']} on {claim['worker_node']}"
+                        + (" (shares one server start)" if len(todo) > 1 else ""))
+                transition(run, RunState.PREFLIGHT, note=note, server_tag=tag, **claim)
                 claimed.append((run, spec))
             except IllegalTransition:
                 continue
@@ -92,7 +113,8 @@ def execute_group(run_ids: list[int]) -> list[Run]:
         workdir = Path(settings.DRAFTBOARD_RUNS_DIR) / f"run-{claimed[0][0].pk}"
         hooks = [_DjangoHooks(run) for run, _ in claimed]
         try:
-            outcomes = execute_runs([sp for _, sp in claimed], hooks, workdir)
+            with supervision.Heartbeat([run.pk for run, _ in claimed]):
+                outcomes = execute_runs([sp for _, sp in claimed], hooks, workdir, server_tag=tag)
         except SoftTimeLimitExceeded:  # the task's bound (leases.total_limit_s); the server was stopped
             outcomes = [RunOutcome(ok=False, reason="run_timeout", message=f"the runs exceeded {ttl:.0f} s")
                         for _ in claimed]
@@ -103,7 +125,11 @@ def execute_group(run_ids: list[int]) -> list[Run]:
         finished = {}
         for (run, _), outcome in zip(claimed, outcomes, strict=True):
             run.refresh_from_db()
+            if run.state not in ACTIVE_STATES:  # the reaper took it for lost (worker stuck past its limit)
+                record([run], f"outcome not stored ({outcome.reason or 'ok'}): the run was already {run.state}")
+                continue
             finished[run.pk] = store_outcome(run, outcome)
+        regressions.runs_finished(list(finished))
         return [finished.get(r.pk) or Run.objects.get(pk=r.pk) for r in runs]
     finally:
         leases.release(holder)
@@ -126,11 +152,13 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     """
     common = dict(
         server_shared=outcome.server_shared,
+        server_port=outcome.port,
         argv=outcome.argv,
         server_env=outcome.env,
         server_log_tail=outcome.server_log_tail[-20000:],
-        engine_version=outcome.engine_version,
-        engine_commit=outcome.engine_commit,
+        engine_version=outcome.engine_version[:100],
+        engine_commit=outcome.engine_commit[:64],
+        provenance=outcome.provenance,
         suspect=bool(outcome.suspect_reasons),
         suspect_reasons=outcome.suspect_reasons,
     )
@@ -156,6 +184,9 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
             run = transition(run, RunState.FAILED, failure_reason=outcome.reason,
                              failure_message=outcome.message[:5000], **common)
         if outcome.teardown and not outcome.teardown.get("clean", True):
-            hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}")
+            outside = outcome.teardown.get("outside") or {}
+            hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}"
+                             + (f"; {' '.join(outside.get('argv') or [])}: {outside.get('output')}"
+                                if outside and not outside.get("clean") else ""))
     return run
 

@@ -1,28 +1,44 @@
-"""Import result files of `vllm bench serve` (JSON) and `sglang.bench_serving` (JSON lines).
+"""Import result files of `vllm bench serve` (JSON) and `sglang.bench_serving` (JSON lines): one
+file (`import_result_file`) or a folder of them into one sweep (`import_result_folder`).
 
-Each file run becomes a succeeded Run (created in that state, with an `imported` history row)
-in a new sweep, with RunMetrics whose `source_tool` and `definitions` record the tool's own
-metric definitions (their "ITL" is per chunk: draftboard stores it as ICL); a figure the file
-lacks stays NULL (unknown), and the file's keys draftboard has no column for are kept in `extra`. All or nothing:
-a malformed file raises benchkit.formats.common.ResultFileError and stores nothing.
+Every file passes the validated boundary (benchkit.formats.reader.read_result_file) before the
+database is touched; a file it refuses raises (or, in a folder, is listed with) its
+`ResultFileError`, `file:line: field: reason`, and stores nothing. What the file cannot say is
+given by the caller (decoding method, TP) or by the file's name (`benchkit.formats.names`), and
+checked against what the file does say (a file with acceptance figures is not `auto`; tau <=
+k + 1; a name's concurrency or output length agrees with the file's).
+
+Each import is one transaction, host creation included: a refused file leaves no row behind.
+Each file is recorded once by the sha256 of its bytes (`ResultFile`, unique): importing it again
+reports its existing runs and creates nothing. Each run becomes a Run created in its final state
+(succeeded, or failed `all_requests_failed` for a file whose every request failed) with an
+`imported` history row, and RunMetrics whose `source_tool` and `definitions` record the tool's
+own metric definitions (their "ITL" is per chunk: draftboard stores it as ICL); a figure or a
+workload value the file lacks stays NULL (unknown), and the file's keys draftboard has no column
+for are kept in `extra`. This module catches only ResultFileError (and the unique constraint's
+IntegrityError of a concurrent import of the same file); anything else is a bug and propagates.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from benchkit.formats.common import ImportedRun
-from benchkit.formats.reader import load_result_file
-from benchkit.methods import METHODS, MethodError, check_method
-from runs.models import Host, Run, RunState, RunTransition, Sweep
+from benchkit.formats.common import ResultFileError
+from benchkit.formats.limits import INT_MAX, TEXT_LIMITS
+from benchkit.formats.names import NamePattern, NamePatternError
+from benchkit.formats.reader import ResultFile as ReadFile
+from benchkit.formats.reader import read_result_file
+from benchkit.methods import METHODS, MethodChoice, MethodError, check_method, parse_method_token
+from runs.models import Host, ResultFile, Run, RunState, RunTransition, Sweep
+from runs.services.hosts import host_name
 from runs.services.metrics_store import store_metrics
 
-
-def _num(value, default=0):
-    return default if value is None else value
+#: Most files one folder import reads (bounded work).
+MAX_FOLDER_FILES = 10_000
 
 
 class ImportOptionError(ValueError):
@@ -34,57 +50,274 @@ OPTION_NAMES = {"method": "--method", "num_speculative_tokens": "--num-speculati
                 "tree_budget": "--tree-budget", "drafter": "--drafter", "prefix_caching": "--prefix-caching"}
 
 
-def check_import_options(method: str, num_speculative_tokens: int | None, tree_budget: int | None, tp: int,
-                         sweep_name: str) -> None:
-    """Raise ImportOptionError naming the option when the method description is invalid: the method
-    table's rules (benchkit.methods.check_method; a result file does not name its drafter, so
-    that is not checked), TP >= 1 and a non-empty sweep name."""
+def resolve_method(method: str, num_speculative_tokens: int | None = None, tree_budget: int | None = None,
+                   aliases: dict[str, str] | None = None) -> MethodChoice:
+    """The decoding configuration of `--method` (a name, or a token of
+    benchkit.methods.parse_method_token: `b15`, `linear`, `ar`, an alias) plus the explicit
+    `--num-speculative-tokens` / `--tree-budget`, checked by the method table (a result file does
+    not name its drafter, so that is not checked). Raises ImportOptionError naming the option."""
+    try:  # a bare method name takes its k / budget from the options; a token (b15) carries them
+        choice = MethodChoice(method) if method in METHODS else parse_method_token(method, aliases)
+    except MethodError as exc:
+        raise ImportOptionError(f"--method: {exc.reason}") from None
+    for name, given, from_token in (("num_speculative_tokens", num_speculative_tokens, choice.num_speculative_tokens),
+                                    ("tree_budget", tree_budget, choice.tree_budget)):
+        if given is not None and from_token is not None and given != from_token:
+            raise ImportOptionError(f"{OPTION_NAMES[name]} {given} contradicts --method {method!r}")
+    k = num_speculative_tokens if num_speculative_tokens is not None else choice.num_speculative_tokens
+    budget = tree_budget if tree_budget is not None else choice.tree_budget
     try:
-        check_method(method, num_speculative_tokens, tree_budget, drafter=None, names=OPTION_NAMES)
+        check_method(choice.method, k, budget, drafter=None, names=OPTION_NAMES)
     except MethodError as exc:
         raise ImportOptionError(f"{OPTION_NAMES[exc.field]}: {exc.reason}") from None
-    if tp < 1:
+    return MethodChoice(choice.method, k, budget)
+
+
+def check_import_options(tp: int, sweep_name: str | None) -> None:
+    """Raise ImportOptionError for TP outside 1..INT_MAX or an empty / over-long sweep name."""
+    if not 1 <= tp <= INT_MAX:
         raise ImportOptionError(f"--tp {tp}: must be >= 1")
-    if not sweep_name.strip():
-        raise ImportOptionError("--sweep-name is empty")
+    if sweep_name is not None and (not sweep_name.strip() or len(sweep_name) > 200):
+        raise ImportOptionError("--sweep-name: give 1-200 characters")
 
 
-def import_result_file(path: str | Path, host: Host, sweep_name: str, method: str,
-                       num_speculative_tokens: int | None = None, tree_budget: int | None = None, tp: int = 1,
-                       engine: str | None = None, fmt: str = "auto") -> Sweep:
-    """Store every run of the result file at `path` in a new sweep named `sweep_name`.
+@dataclass(frozen=True)
+class RunChoice:
+    """What the caller (or a file's name) says about a file's runs: decoding configuration, TP,
+    engine (None: the tool that wrote the file), and concurrency / output length from the name."""
 
-    The file does not reliably say which decoding method produced it, so the caller does
-    (`method`, `num_speculative_tokens`, `tree_budget`, `tp`); `engine` defaults to the tool
-    that wrote the file (vllm for `vllm bench serve`, sglang for `sglang.bench_serving`). A
-    file that records speculative decoding (acceptance figures) cannot be imported as a method
-    that does not speculate (`auto`).
-    Raises ImportOptionError for contradictory options and ResultFileError naming the file,
-    line and field for a bad file; nothing is stored then."""
-    check_import_options(method, num_speculative_tokens, tree_budget, tp, sweep_name)
-    imported: list[ImportedRun] = load_result_file(path, fmt=fmt)
-    for imp in imported:
-        if not METHODS[method].speculates and imp.metrics.acceptance_length:
-            raise ImportOptionError(f"{imp.origin} records speculative decoding (acceptance length "
-                                    f"{imp.metrics.acceptance_length}): pass its --method, not {method}")
+    method: MethodChoice
+    tp: int = 1
+    engine: str | None = None
+    concurrency: int | None = None
+    output_len: int | None = None
+
+
+@dataclass
+class FileReport:
+    """The outcome for one file: `status` imported (new runs), existing (imported before: its
+    runs), refused (`reason`, nothing stored) or skipped (a folder file whose name does not match
+    the pattern). `runs`: run ids; `sweep_id`: the sweep holding them."""
+
+    path: str
+    status: str
+    runs: list[int] = field(default_factory=list)
+    sweep_id: int | None = None
+    reason: str = ""
+
+
+@dataclass
+class ImportReport:
+    """What an import did: the new sweep (None when nothing new was stored) and one FileReport per file."""
+
+    sweep: Sweep | None
+    files: list[FileReport]
+
+    def of(self, status: str) -> list[FileReport]:
+        """The files with `status`."""
+        return [f for f in self.files if f.status == status]
+
+    @property
+    def run_ids(self) -> list[int]:
+        """Ids of the runs this import created."""
+        return [r for f in self.of("imported") for r in f.runs]
+
+
+@dataclass
+class _Parsed:
+    file: ReadFile
+    choice: RunChoice
+
+
+def _check_against_file(read: ReadFile, choice: RunChoice) -> None:
+    """Refuse (ResultFileError at the file's field) what the file contradicts in `choice`."""
+    info = METHODS[choice.method.method]
+    k = choice.method.num_speculative_tokens
+    for run in read.runs:
+        m, w = run.metrics, run.workload
+        if not info.speculates and m.has_spec_decode:
+            name = "acceptance_length" if m.acceptance_length is not None else next(
+                f for f in ("acceptance_rate", "spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens",
+                            "per_position_acceptance_rate") if getattr(m, f) is not None)
+            raise run.refuse(name, f"the file records speculative decoding: the method "
+                                   f"{choice.method.label!r} does not speculate (give the method that produced it)")
+        if k is not None and info.takes_k and m.acceptance_length is not None and m.acceptance_length > k + 1:
+            raise run.refuse("acceptance_length", f"acceptance length {m.acceptance_length} is more than k + 1 = "
+                                                  f"{k + 1} for {choice.method.label} (tau is in [1, k + 1])")
+        for name, given in (("concurrency", choice.concurrency), ("output_len", choice.output_len)):
+            if given is not None and w.get(name) is not None and w[name] != given:
+                raise run.refuse(name, f"{w[name]}, but the file's name says {name} {given}")
+
+
+def _parse(path: Path, fmt: str, choice: RunChoice) -> _Parsed:
+    read = read_result_file(path, fmt)
+    _check_against_file(read, choice)
+    return _Parsed(read, choice)
+
+
+def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) -> list[int]:
     now = timezone.now()
+    c = parsed.choice
+    ids = []
+    for i, imp in enumerate(parsed.file.runs):
+        w = imp.workload
+        state = RunState.FAILED if imp.failure else RunState.SUCCEEDED
+        tool_engine = "sglang" if imp.source_tool.startswith("sglang") else "vllm"
+        run = Run.objects.create(
+            sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
+            spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},
+            engine=c.engine or w.get("engine") or tool_engine, engine_version=imp.source_version or "",
+            model=w.get("model") or "", method=c.method.method, num_speculative_tokens=c.method.num_speculative_tokens,
+            tree_budget=c.method.tree_budget, tp=c.tp,
+            concurrency=c.concurrency if c.concurrency is not None else w.get("concurrency"),
+            request_rate=w.get("request_rate"), input_len=w.get("input_len"),
+            output_len=c.output_len if c.output_len is not None else w.get("output_len"),
+            num_prompts=w.get("num_prompts"), dataset=w.get("dataset") or "",
+            state=state, failure_reason=imp.failure[0] if imp.failure else "",
+            failure_message=imp.failure[1] if imp.failure else "", started_at=now, finished_at=now,
+        )
+        RunTransition.objects.create(run=run, from_state="imported", to_state=state,
+                                     note=f"imported from {imp.origin} ({imp.source_tool})")
+        store_metrics(run, imp.metrics, spec_source=imp.spec_source, source_tool=imp.source_tool,
+                      definitions=imp.definitions, extra=imp.source_extra)
+        ids.append(run.pk)
+    return ids
+
+
+def _store(parsed: list[_Parsed], host: Host | str | None, sweep_name: str, source: str, spec: dict,
+           others: list[FileReport]) -> ImportReport:
+    """Store every parsed file in one transaction: the host (created here when named), one new
+    sweep for the files not imported before, their runs. Files imported before are reported."""
+    name = None if isinstance(host, Host) else host_name(host)
     with transaction.atomic():
-        sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{path}",
-                                     spec={"imported_from": str(path), "fmt": fmt})
-        for i, imp in enumerate(imported):
-            w = imp.workload
-            run = Run.objects.create(
-                sweep=sweep, host=host, point_key=f"import-{i}", spec={"imported": imp.origin, "workload": w},
-                engine=engine or ("sglang" if imp.source_tool.startswith("sglang") else "vllm"),
-                engine_version=imp.source_version or "", model=w.get("model") or "",
-                method=method, num_speculative_tokens=num_speculative_tokens, tree_budget=tree_budget, tp=tp,
-                concurrency=_num(w.get("concurrency"), 0), request_rate=w.get("request_rate"),
-                input_len=_num(w.get("input_len")), output_len=_num(w.get("output_len")),
-                num_prompts=_num(w.get("num_prompts")), dataset=w.get("dataset") or "unknown",
-                state=RunState.SUCCEEDED, started_at=now, finished_at=now,
-            )
-            RunTransition.objects.create(run=run, from_state="imported", to_state=RunState.SUCCEEDED,
-                                         note=f"imported from {imp.origin} ({imp.source_tool})")
-            store_metrics(run, imp.metrics, spec_source=imp.spec_source, source_tool=imp.source_tool,
-                          definitions=imp.definitions, extra=imp.source_extra)
-    return sweep
+        if name is not None:
+            host, _ = Host.objects.get_or_create(name=name)
+        sweep = None
+        reports = []
+        for p in parsed:
+            before = ResultFile.objects.filter(sha256=p.file.sha256).first()
+            if before is not None:
+                runs = list(before.runs.order_by("id").values_list("id", flat=True))
+                reports.append(FileReport(str(p.file.path), "existing", runs, before.sweep_id,
+                                          f"imported before as {before.name} (sha256 {before.sha256[:12]})"))
+                continue
+            if sweep is None:
+                sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{source}"[:500], spec=spec)
+            record = ResultFile.objects.create(sha256=p.file.sha256, name=str(p.file.path)[-TEXT_LIMITS["file_name"]:],
+                                               size_bytes=p.file.size_bytes, sweep=sweep,
+                                               source_tool=p.file.runs[0].source_tool)
+            reports.append(FileReport(str(p.file.path), "imported", _create_runs(p, sweep, host, record), sweep.pk))
+    return ImportReport(sweep, reports + others)
+
+
+def _store_once_more_on_race(*args) -> ImportReport:
+    """`_store`, retried once when a concurrent import of the same file won the unique
+    constraint (the retry then reports that import's runs)."""
+    try:
+        return _store(*args)
+    except IntegrityError:
+        return _store(*args)
+
+
+def import_result_file(path: str | Path, host: Host | str | None = None, sweep_name: str | None = None,
+                       method: str = "auto", num_speculative_tokens: int | None = None,
+                       tree_budget: int | None = None, tp: int = 1, engine: str | None = None, fmt: str = "auto",
+                       aliases: dict[str, str] | None = None) -> ImportReport:
+    """Store every run of the result file at `path` in a new sweep (default name: the file's name),
+    or report its runs when the same bytes were imported before.
+
+    The file does not reliably say which decoding method produced it, so the caller does:
+    `method` (a name or a token such as `b15`, `linear`, an alias from `aliases`),
+    `num_speculative_tokens`, `tree_budget`, `tp`; `engine` defaults to what the file says (a
+    draftboard export's engine, else the tool that wrote it). `host`: a Host, or a host name
+    (default DRAFTBOARD_HOST) created inside the import's transaction.
+    Raises ImportOptionError for contradictory options, HostNameError for a bad host name, and
+    ResultFileError (`file:line: field: reason`) for a file that cannot be imported; nothing is
+    stored then."""
+    check_import_options(tp, sweep_name)
+    choice = RunChoice(resolve_method(method, num_speculative_tokens, tree_budget, aliases), tp, engine)
+    if not isinstance(host, Host):
+        host_name(host)  # a bad name fails before the file is read
+    path = Path(path)
+    parsed = _parse(path, fmt, choice)
+    return _store_once_more_on_race([parsed], host, sweep_name or path.name[:200], str(path),
+                                    {"imported_from": str(path), "fmt": fmt}, [])
+
+
+def import_result_folder(folder: str | Path, name_pattern: str, host: Host | str | None = None,
+                         sweep_name: str | None = None, method: str | None = None,
+                         num_speculative_tokens: int | None = None, tree_budget: int | None = None, tp: int = 1,
+                         engine: str | None = None, fmt: str = "auto",
+                         aliases: dict[str, str] | None = None) -> ImportReport:
+    """Import the result files of `folder` whose names match `name_pattern` into one new sweep
+    (default name: the folder's name), e.g. the users' `bench_results/` with
+    `tp{tp}-{method}.json` (tokens: benchkit.formats.names).
+
+    A name's `{method}` token goes through benchkit.methods.parse_method_token (`auto`, `linear`,
+    `b15`, a method name, an alias from `aliases`); without one, `method` applies to every file.
+    A name's `{tp}` overrides `tp`; `{concurrency}` and `{output_len}` must agree with the file.
+    A file that cannot be imported (truncated JSON, a partial file with fewer requests than
+    num_prompts, a method token the table refuses, ...) is refused with its reason and the others
+    import; names that do not match are skipped. Files imported before are reported with their
+    runs. Raises ImportOptionError for a bad pattern or options, HostNameError for a bad host;
+    never raises for a file's content.
+    """
+    folder = Path(folder)
+    check_import_options(tp, sweep_name)
+    try:
+        pattern = NamePattern(name_pattern)
+    except NamePatternError as exc:
+        raise ImportOptionError(f"--name-pattern: {exc}") from None
+    if "method" in pattern.tokens and method is not None:
+        raise ImportOptionError("--method: the name pattern already has a {method} token")
+    if "method" not in pattern.tokens and method is None:
+        raise ImportOptionError("--method: give one, or a {method} token in --name-pattern")
+    default = resolve_method(method, num_speculative_tokens, tree_budget, aliases) if method else None
+    if not isinstance(host, Host):
+        host_name(host)
+    try:
+        paths = sorted(p for p in folder.iterdir() if p.is_file())
+    except OSError as exc:
+        raise ImportOptionError(f"{folder}: cannot list the folder: {exc.strerror or exc}") from None
+    if len(paths) > MAX_FOLDER_FILES:
+        raise ImportOptionError(f"{folder}: {len(paths)} files, more than the {MAX_FOLDER_FILES} one import reads")
+    parsed, others = [], []
+    for path in paths:
+        tokens = pattern.match(path.name)
+        if tokens is None:
+            others.append(FileReport(str(path), "skipped", reason=f"name does not match {name_pattern!r}"))
+            continue
+        try:
+            choice = _choice_from_name(path, tokens, default, tp, engine, num_speculative_tokens, tree_budget,
+                                       aliases)
+            parsed.append(_parse(path, fmt, choice))
+        except ResultFileError as exc:
+            others.append(FileReport(str(path), "refused", reason=str(exc)))
+    if not parsed and not any(f.status == "refused" for f in others):
+        raise ImportOptionError(f"{folder}: no file name matches {name_pattern!r}")
+    return _store_once_more_on_race(parsed, host, sweep_name or folder.resolve().name[:200], str(folder),
+                                    {"imported_from": str(folder), "name_pattern": name_pattern, "fmt": fmt},
+                                    others)
+
+
+def _choice_from_name(path: Path, tokens: dict[str, str], default: MethodChoice | None, tp: int,
+                      engine: str | None, k: int | None, budget: int | None,
+                      aliases: dict[str, str] | None) -> RunChoice:
+    """The RunChoice of a file from its name's tokens; ResultFileError naming the token otherwise."""
+    def refuse(token: str, reason: str) -> ResultFileError:
+        return ResultFileError(path, reason, field=f"name token {{{token}}}")
+
+    choice = default
+    if "method" in tokens:
+        try:
+            choice = resolve_method(tokens["method"], k, budget, aliases)
+        except ImportOptionError as exc:
+            raise refuse("method", str(exc).removeprefix("--method: ")) from None
+    numbers = {}
+    for token in ("tp", "concurrency", "output_len"):
+        if token in tokens:
+            value = int(tokens[token])
+            if not 1 <= value <= INT_MAX:
+                raise refuse(token, f"{tokens[token]}: must be a whole number >= 1")
+            numbers[token] = value
+    return RunChoice(choice, numbers.get("tp", tp), engine, numbers.get("concurrency"), numbers.get("output_len"))

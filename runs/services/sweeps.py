@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+from datetime import date
 from pathlib import Path
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from benchkit.hosts import allocation
+from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
-from benchkit.sweeps import sweepfile
+from benchkit.sweeps import dryrun, sweepfile
 from runs.models import Host, Run, Sweep
 from runs.selectors import latest_inventory
 from runs.services.dispatch import check_broker, enqueue_runs
 from runs.services.hosts import get_or_create_host
+from runs.services.hosts import host_name as host_name_checked
+from runs.services.policy import check_overrides, not_allowed
+from runs.services.transitions import record
+
+log = logging.getLogger(__name__)
 
 
 def run_fields(spec: RunSpec) -> dict:
@@ -30,7 +37,8 @@ def run_fields(spec: RunSpec) -> dict:
     )
 
 
-def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bool = True) -> Sweep:
+def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bool = True, *, user=None,
+                 schedule: str = "", window: date | None = None) -> Sweep:
     """Store `spec` as a Sweep with one queued Run per grid point and enqueue them on commit.
 
     GPUs are planned from the host's latest hardware snapshot (every run of one TP degree
@@ -38,26 +46,55 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bo
     and allocation.AllocationError when the host has too few GPUs (or none, for TP > 1), and
     BrokerUnavailable when runs are to be queued but the broker does not answer; nothing is
     stored then.
+
+    `user` (a Django user) entered the sweep on the web: its server.env and extra arguments
+    must pass runs.services.policy (else policy.OverrideNotAllowed, nothing stored), the sweep
+    records who created it, and each run's history says so, with those overrides. `schedule`
+    and `window` name the schedule window of a nightly sweep (unique together: IntegrityError
+    for a second sweep of one window, see create_sweep_for_window).
     """
     spec.require_resolved()
     if enqueue:
         check_broker()
-    inventory = latest_inventory(host)
-    plan = allocation.plan_sweep_gpus(inventory, spec.grid["tp"], spec.pinned_gpus) if inventory else {}
-    runspecs = spec.expand(assign_gpus=(lambda tp: plan[tp].gpu_refs()) if plan else None)
+    _plan, runspecs = spec.expand_on(latest_inventory(host))
+    overrides = check_overrides(runspecs, user) if user is not None else None
     is_demo = any(r.server.is_demo_model for r in runspecs)
     with transaction.atomic():
         sweep = Sweep.objects.create(name=spec.name, description=spec.description, host=host, source=source,
-                                     spec=spec.to_dict(), is_demo=is_demo)
+                                     spec=spec.to_dict(), is_demo=is_demo, schedule=schedule, window=window,
+                                     created_by=user.get_username() if user is not None else "")
         runs = Run.objects.bulk_create([
             Run(sweep=sweep, host=host, point_key=r.point_key(), spec=r.to_dict(), **run_fields(r))
             for r in runspecs
         ])
+        ids = [r.pk for r in Run.objects.filter(sweep=sweep).order_by("id")]
+        if user is not None:
+            note = f"created by {sweep.created_by} ({source})"
+            if overrides:
+                outside = " (outside the allowlists: allowed for a superuser)" if not_allowed(overrides) else ""
+                note += f"; {overrides.describe()}{outside}"
+            record(ids, note)
         if enqueue:
-            ids = [r.pk for r in Run.objects.filter(sweep=sweep).order_by("id")]
             transaction.on_commit(lambda: enqueue_runs(ids, host.queue, spec.share_server))
     assert len(runs) == len(runspecs)
     return sweep
+
+
+def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
+                       substitutions: dict[str, str] | None = None) -> dryrun.SweepPlan:
+    """What `create_sweep_from_file` would queue, planned and checked now, storing nothing
+    (benchkit.sweeps.dryrun.plan_sweep): the GPUs come from the host's latest recorded inventory
+    (none recorded and the host is this machine: collected now); the GPU checks run only when the
+    host is this machine (settings.DRAFTBOARD_HOST). Raises SweepError, HostNameError,
+    AllocationError as create_sweep_from_file does."""
+    spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
+    name = host_name_checked(host_name)
+    this_machine = name == host_name_checked(None)
+    host = Host.objects.filter(name=name).first()
+    inventory = latest_inventory(host) if host else None
+    if inventory is None and this_machine:
+        inventory = collect_inventory()
+    return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine)
 
 
 def create_sweep_from_file(path: str | Path, host_name: str | None = None,
@@ -66,3 +103,26 @@ def create_sweep_from_file(path: str | Path, host_name: str | None = None,
     and call create_sweep. Raises sweepfile.SweepError naming the file, line and field."""
     spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
     return create_sweep(spec, get_or_create_host(host_name), source=str(path), enqueue=enqueue)
+
+
+def create_sweep_for_window(path: str | Path, host_name: str | None, substitutions: dict[str, str] | None,
+                            schedule: str, window: date | None) -> tuple[Sweep, bool]:
+    """Create the sweep of schedule `schedule` for its window `window` (UTC date) from the file
+    at `path`, unless one exists: returns (sweep, created). Two sends of one window (two beat
+    processes, a beat resync) give one sweep; the second is a logged no-op. Without a schedule
+    window (a message not sent by beat) it always creates, as create_sweep_from_file."""
+    if not (schedule and window):
+        return create_sweep_from_file(path, host_name=host_name, substitutions=substitutions), True
+    existing = Sweep.objects.filter(schedule=schedule, window=window).first()
+    if existing is None:
+        spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
+        try:
+            return create_sweep(spec, get_or_create_host(host_name), source=str(path), schedule=schedule,
+                                window=window), True
+        except IntegrityError:  # another worker created it meanwhile (the unique constraint)
+            existing = Sweep.objects.filter(schedule=schedule, window=window).first()
+            if existing is None:
+                raise
+    log.warning("schedule %r, window %s: sweep %s already exists; this send created nothing (a second beat "
+                "or a resync)", schedule, window, existing.pk)
+    return existing, False

@@ -4,7 +4,9 @@ Legal moves (MEASUREMENT.md, issue 2):
 queued -> preflight -> starting -> warming -> measuring -> stopping -> succeeded | failed;
 any active or queued state -> failed; succeeded | failed -> invalidated (admin, with a reason).
 Each move is a conditional UPDATE ... WHERE state=<from> (healthchecks style), so two workers
-racing for one run cannot both win, and each is logged as a RunTransition row.
+racing for one run cannot both win, and each is logged as a RunTransition row. Events that
+change no state but belong to the run's history (a duplicate delivery, a re-send, who created
+it) are logged by `record` as a row whose from and to states are equal.
 """
 
 from __future__ import annotations
@@ -59,3 +61,12 @@ def transition(run: Run, to_state: str, note: str = "", **fields) -> Run:
     for key, value in fields.items():
         setattr(run, key, value)
     return run
+
+
+def record(run_ids, note: str) -> None:
+    """Add `note` to the history of each run in `run_ids` (ids or Run rows) without changing its
+    state: a RunTransition row with from_state == to_state == the run's current state."""
+    ids = [getattr(r, "pk", r) for r in run_ids]
+    rows = Run.objects.filter(pk__in=ids).values_list("pk", "state")
+    RunTransition.objects.bulk_create(
+        [RunTransition(run_id=pk, from_state=state, to_state=state, note=note[:2000]) for pk, state in rows])

@@ -4,7 +4,8 @@ Migrates, makes an admin login, starts (or reuses) Redis, the web server, a Cele
 for this host and Celery beat, records this host's hardware inventory, builds the demo
 models, queues the demo sweep (sweeps/demo.yaml) on the real vLLM CPU server, shows a
 progress bar while the runs execute, prints what was measured, the dashboard URL and how to
-log in. Running it again reuses what exists and adds a new sweep.
+log in. Running it again reuses what exists and adds a new sweep. When no run of the sweep
+succeeded it exits non-zero, naming each failure reason, how many runs it took, and what to do.
 """
 
 from __future__ import annotations
@@ -26,6 +27,25 @@ from runs import selectors
 from runs.models import Sweep
 from runs.services import sweeps
 from runs.services.hosts import get_or_create_host, record_inventory
+
+#: What a user can do about a failure reason (codes from benchkit.hosts.preflight and
+#: benchkit.sweeps.runner); anything else: read the run page.
+WHAT_TO_DO = {
+    "port_in_use": "another program listens on the sweep file's pinned port: stop it, or remove `port:` from "
+                   "the sweep file so that free ports are chosen when each server starts",
+    "model_missing": "the model or drafter directory is gone: rebuild the demo models (delete "
+                     "DRAFTBOARD_MODELS_DIR and run again) or fix the paths in the sweep file",
+    "model_incomplete": "the model directory lacks files: delete it and run again to rebuild it",
+    "engine_env_error": "the engine build's interpreter, launcher or image is missing or cannot find the "
+                        "engine: install vLLM (`make venv`) or fix `python:` / `launcher:` of the build",
+    "host_env_error": "a host fault (CUDA, NVML or device nodes): check the host, then run again",
+    "gpu_busy": "another process holds the GPUs: stop it, then run again",
+    "host_quarantined": "an earlier run left processes behind: stop them, then clear the quarantine in the admin",
+    "server_exited": "the server stopped before it was ready: its log tail is on the run page",
+    "server_not_ready": "the server did not answer in time: raise limits.ready_timeout_s, or read its log tail "
+                        "on the run page",
+    "config_error": "the sweep cannot become a command line: fix the sweep or flags file as the message says",
+}
 
 
 class Command(BaseCommand):
@@ -64,6 +84,7 @@ class Command(BaseCommand):
         if not opts["no_wait"]:
             self._wait(sweep, opts["timeout"], var)
             self._summary(sweep)
+            self._require_a_success(sweep, url, var)
         out.write("")
         out.write(f"Dashboard: {url}/sweeps/{sweep.pk}/   (all sweeps: {url}/)")
         out.write(f"Admin:     {url}/admin/   user: admin   password: {password}  (kept in {var / 'admin_password'})")
@@ -99,6 +120,18 @@ class Command(BaseCommand):
                     raise CommandError(f"sweep {sweep.pk} did not finish within {timeout_s:.0f} s; "
                                        f"see {var / 'logs' / 'worker.log'}")
                 time.sleep(1.0)
+
+    def _require_a_success(self, sweep: Sweep, url: str, var: Path) -> None:
+        """Raise CommandError (exit status 1) naming each failure reason, its count, an example
+        message and what to do, when no run of `sweep` succeeded."""
+        if selectors.state_counts(sweep)["succeeded"]:
+            return
+        lines = [f"no run of sweep {sweep.pk} succeeded:"]
+        for reason, n, message in selectors.failure_reasons(sweep):
+            lines.append(f"  {reason or 'unknown'}: {n} run(s), e.g. {message.splitlines()[0] if message else '-'}")
+            lines.append(f"    what to do: {WHAT_TO_DO.get(reason, 'see the run pages and ' + str(var / 'logs'))}")
+        lines.append(f"runs: {url}/sweeps/{sweep.pk}/   worker log: {var / 'logs' / 'worker.log'}")
+        raise CommandError("\n".join(lines))
 
     def _summary(self, sweep: Sweep) -> None:
         runs = list(selectors.sweep_runs(sweep))

@@ -1,35 +1,90 @@
-"""`python manage.py import_results FILE --sweep-name NAME [--method M --tp N ...]`."""
+"""`python manage.py import_results PATH [--method M] [--name-pattern P] [--sweep-name N] ...`.
+
+PATH is one result file, or a folder whose files are named by `--name-pattern` (e.g. the users'
+`bench_results/` with `'tp{tp}-{method}.json'`), imported into one sweep. Prints one line per
+file (imported / already imported / refused with its reason / skipped); exits non-zero when a
+file was refused (the others are imported all the same).
+"""
+
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.engines.catalog import LAUNCHED_ENGINES
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.common import ResultFileError, printable
 from benchkit.methods import METHOD_NAMES
-from runs.services.hosts import HostNameError, get_or_create_host
-from runs.services.imports import ImportOptionError, import_result_file
+from runs.services.hosts import HostNameError
+from runs.services.imports import ImportOptionError, ImportReport, import_result_file, import_result_folder
+
+
+def _alias(text: str) -> tuple[str, str]:
+    token, sep, label = text.partition("=")
+    if not sep or not token.strip() or not label.strip():
+        raise CommandError(f"--alias {text!r}: use TOKEN=METHOD, e.g. tree15=b15")
+    return token.strip(), label.strip()
 
 
 class Command(BaseCommand):
-    help = "Import a `vllm bench serve` JSON or `sglang.bench_serving` JSONL result file as a sweep."
+    help = ("Import `vllm bench serve` JSON / `sglang.bench_serving` JSONL result files: one file, or a folder "
+            "into one sweep with --name-pattern.")
 
     def add_arguments(self, parser):
-        parser.add_argument("path")
-        parser.add_argument("--sweep-name", required=True)
+        parser.add_argument("path", help="a result file, or a folder of them (with --name-pattern)")
+        parser.add_argument("--name-pattern", default=None,
+                            help="folder import: file names with tokens {tp}, {method}, {concurrency}, {output_len}, "
+                                 "e.g. 'tp{tp}-{method}.json'")
+        parser.add_argument("--sweep-name", default=None, help="default: the file's or folder's name")
         parser.add_argument("--host", default=None)
-        parser.add_argument("--method", required=True,
-                            help=f"decoding method that produced the file: {', '.join(METHOD_NAMES)}")
+        parser.add_argument("--method", default=None,
+                            help=f"decoding method that produced the file(s): {', '.join(METHOD_NAMES)}, or a token "
+                                 "such as b15 (DDTree budget 15), linear, ar")
+        parser.add_argument("--alias", action="append", default=[], metavar="TOKEN=METHOD",
+                            help="another name for a method token, e.g. tree15=b15 (repeatable)")
         parser.add_argument("--num-speculative-tokens", type=int, default=None)
         parser.add_argument("--tree-budget", type=int, default=None)
         parser.add_argument("--tp", type=int, default=1)
         parser.add_argument("--engine", default=None, choices=LAUNCHED_ENGINES,
-                            help="default: the tool that wrote the file")
+                            help="default: what the file says, else the tool that wrote it")
         parser.add_argument("--format", default="auto", choices=["auto", "vllm", "sglang"])
 
     def handle(self, *args, **o):
+        path = Path(o["path"])
+        aliases = dict(_alias(a) for a in o["alias"])
+        common = dict(host=o["host"], sweep_name=o["sweep_name"], num_speculative_tokens=o["num_speculative_tokens"],
+                      tree_budget=o["tree_budget"], tp=o["tp"], engine=o["engine"], fmt=o["format"], aliases=aliases)
         try:
-            sweep = import_result_file(o["path"], get_or_create_host(o["host"]), o["sweep_name"], method=o["method"],
-                                       num_speculative_tokens=o["num_speculative_tokens"],
-                                       tree_budget=o["tree_budget"], tp=o["tp"], engine=o["engine"], fmt=o["format"])
-        except (ResultFileError, ImportOptionError, HostNameError, FileNotFoundError) as exc:
+            if path.is_dir():
+                if not o["name_pattern"]:
+                    raise CommandError(f"{path} is a folder: give --name-pattern, e.g. 'tp{{tp}}-{{method}}.json'")
+                report = import_result_folder(path, o["name_pattern"], method=o["method"], **common)
+            else:
+                if o["method"] is None:
+                    raise CommandError("--method is required for a single file (e.g. auto, linear, b15)")
+                report = import_result_file(path, method=o["method"], **common)
+        except (ResultFileError, ImportOptionError, HostNameError) as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"imported {sweep.runs.count()} run(s) into sweep {sweep.pk} '{sweep.name}'")
+        self._summary(report)
+
+    def _summary(self, report: ImportReport) -> None:
+        for f in report.files:
+            f.path = printable(f.path)
+            if f.status == "imported":
+                self.stdout.write(f"imported          {f.path}: {len(f.runs)} run(s) {_ids(f.runs)}")
+            elif f.status == "existing":
+                self.stdout.write(f"already imported  {f.path}: run(s) {_ids(f.runs)} in sweep {f.sweep_id} "
+                                  f"({f.reason}); nothing stored")
+            elif f.status == "skipped":
+                self.stdout.write(f"skipped           {f.path}: {f.reason}")
+        for f in report.of("refused"):
+            self.stdout.write(f"refused           {f.reason}")
+        if report.sweep is not None:
+            self.stdout.write(f"imported {len(report.run_ids)} run(s) from {len(report.of('imported'))} file(s) "
+                              f"into sweep {report.sweep.pk} '{report.sweep.name}'")
+        refused = report.of("refused")
+        if refused:
+            raise CommandError(f"{len(refused)} of {len(report.files)} file(s) refused (listed above); "
+                               "the others were imported")
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids)) if ids else "(none)"

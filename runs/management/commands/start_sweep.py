@@ -1,12 +1,15 @@
-"""`python manage.py start_sweep sweeps/FILE.yaml [--host NAME] [--set key=value]`: queue a sweep."""
+"""`python manage.py start_sweep sweeps/FILE.yaml [--host NAME] [--set key=value] [--dry-run]`: queue a sweep,
+or (--dry-run) print what every run would get on the host and which preflight checks fail now,
+storing nothing and starting no server."""
 
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.hosts.allocation import AllocationError
+from benchkit.sweeps.dryrun import format_plan
 from benchkit.sweeps.sweepfile import SweepError, parse_variables
 from runs.services.dispatch import BrokerUnavailable
 from runs.services.hosts import HostNameError
-from runs.services.sweeps import create_sweep_from_file
+from runs.services.sweeps import create_sweep_from_file, dry_run_sweep_file
 
 
 class Command(BaseCommand):
@@ -18,10 +21,17 @@ class Command(BaseCommand):
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                             help="substitute {KEY} placeholders in the file, e.g. --set model_dir=/models/x")
         parser.add_argument("--no-enqueue", action="store_true", help="store the runs without queueing them")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="print each run's GPUs, argv, environment and the preflight checks that fail now; "
+                                 "store nothing, start no server")
 
     def handle(self, *args, **opts):
         try:
             subs = parse_variables(opts["set"])
+            if opts["dry_run"]:
+                plan = dry_run_sweep_file(opts["path"], host_name=opts["host"], substitutions=subs or None)
+                self.stdout.write(format_plan(plan))
+                return
             sweep = create_sweep_from_file(opts["path"], host_name=opts["host"], substitutions=subs or None,
                                            enqueue=not opts["no_enqueue"])
         except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:

@@ -1,0 +1,258 @@
+"""Build the contexts of the history pages from loaded rows (no queries here): compare two
+sweeps, the trend of a nightly series, and the home page.
+
+Each builder returns a dict whose `data` entry is JSON-ready (the page's JSON endpoint returns
+it as is; the template renders the same dict), so a page and its JSON never disagree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from analysis import history_figures as hf
+from benchkit.compare.speedups import SPEED_FIELD, compute_speedups
+from benchkit.compare.sweepdiff import (
+    BETTER,
+    COMPARE_METRICS,
+    SAME,
+    UNKNOWN,
+    WORSE,
+    PointDiff,
+    compare_sweeps,
+    env_difference,
+    env_key,
+)
+from benchkit.measure.metrics import METRICS
+
+#: Metrics a history page loads per run: the compared ones (speedups divide the first).
+HISTORY_METRICS = tuple(COMPARE_METRICS)
+#: At most this many rows per JSON list, and per table of a page (PAGE_ROW_LIMIT: a template
+#: row costs far more than a JSON one); the counts always cover every point.
+ROW_LIMIT = 200
+PAGE_ROW_LIMIT = 100
+_VERDICT_ORDER = {WORSE: 0, BETTER: 1, SAME: 2, UNKNOWN: 3}
+_ONE_DAY = timedelta(days=1)
+
+
+def _severity(d: PointDiff) -> tuple:
+    """Table order: worse first (largest drop first), then better (largest gain first), then the rest."""
+    change = d.changes[SPEED_FIELD].change_pct or 0.0
+    return (_VERDICT_ORDER[d.verdict], change if d.verdict != BETTER else -change)
+
+
+def _sweep_ref(s, host_name: str) -> dict[str, Any]:
+    return {"id": s.pk, "name": s.name, "host": host_name, "created_at": s.created_at.isoformat(),
+            "created": f"{s.created_at:%Y-%m-%d %H:%M}", "is_demo": s.is_demo}
+
+
+def _diff_row(d: PointDiff) -> dict[str, Any]:
+    return {
+        "label": d.label, "tp": d.fields["tp"], "concurrency": d.fields["concurrency"],
+        "input_len": d.fields["input_len"], "output_len": d.fields["output_len"], "verdict": d.verdict,
+        "single_run": d.single_run, "old_run_ids": d.old_run_ids, "new_run_ids": d.new_run_ids,
+        "apart_reason": d.apart_reason,
+        # in the order of the page's `metrics` list
+        "metrics": [{"name": m, "old": c.old, "new": c.new, "change_pct": c.change_pct, "ci95_pct": c.ci95_pct,
+                     "verdict": c.verdict} for m, c in d.changes.items()],
+    }
+
+
+def build_compare(old, new, old_points: list[dict], new_points: list[dict], noise_pct: float,
+                  limit: int = ROW_LIMIT) -> dict[str, Any]:
+    """Context of the compare page of sweep `old` (before) vs `new` (after).
+
+    `data` (also the JSON): sweeps, verdict counts, the rows of matched points (worst first;
+    at most `limit`), points put apart (different hardware or engine; at most `limit`), points
+    only one sweep has, and the figure. `truncated` says when rows were left out.
+    """
+    diff = compare_sweeps(old_points, new_points, noise_pct=noise_pct)
+    matched = sorted(diff.matched, key=_severity)
+    metrics = [{"name": m, "label": METRICS[m].label, "unit": METRICS[m].unit,
+                "better": "higher" if sign > 0 else "lower"} for m, sign in COMPARE_METRICS.items()]
+    data = {
+        "old": _sweep_ref(old, old.host.name), "new": _sweep_ref(new, new.host.name), "noise_pct": noise_pct,
+        "metrics": metrics,
+        "counts": {"worse": diff.counts[WORSE], "better": diff.counts[BETTER], "same": diff.counts[SAME],
+                   "unknown": diff.counts[UNKNOWN], "apart": len(diff.apart), "only_old": len(diff.only_old),
+                   "only_new": len(diff.only_new), "matched": len(diff.matched)},
+        "points": [_diff_row(d) for d in matched[:limit]],
+        "apart": [_diff_row(d) for d in diff.apart[:limit]],
+        "apart_reasons": sorted({d.apart_reason for d in diff.apart}),
+        "only_old": diff.only_old[:limit], "only_new": diff.only_new[:limit],
+        "truncated": len(matched) > limit or len(diff.apart) > limit,
+        "limit": limit,
+        "figure": hf.compare_figure(diff.matched, noise_pct, f"#{old.pk}", f"#{new.pk}") if diff.matched else None,
+    }
+    return {"data": data, "verdicts": (WORSE, BETTER, SAME)}
+
+
+def _night_envs(points: list[dict]) -> dict[int, set[tuple]]:
+    out: dict[int, set[tuple]] = defaultdict(set)
+    for p in points:
+        out[p["sweep_id"]].add(env_key(p))
+    return out
+
+
+def _snapshot_change(prev: dict[str, Any], cur: dict[str, Any]) -> str:
+    parts = []
+    for key, name in (("driver_version", "driver"), ("cuda_version", "CUDA"), ("gpu_name", "GPU"),
+                      ("gpu_count", "GPUs")):
+        if prev[key] != cur[key]:
+            parts.append(f"{name} {prev[key] or '?'} → {cur[key] or '?'}")
+    return ", ".join(parts) or "hardware fingerprint changed (topology)"
+
+
+def environment_changes(nights, points: list[dict], snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Annotations for the trend's time axis, in time order: {x (ISO time), text, kind}.
+
+    - `hardware`: a host snapshot whose fingerprint differs from the one before it, dated when
+      it was taken, inside the nights' span (from the day before the first night);
+    - `engine`: a night whose runs' engine version / build / commit set differs from the night
+      before (text names what changed).
+    """
+    out: list[dict[str, Any]] = []
+    if not nights:
+        return out
+    first, last = nights[0].created_at, nights[-1].created_at
+    for prev, cur in zip(snapshots, snapshots[1:], strict=False):
+        if cur["fingerprint"] != prev["fingerprint"] and first - _ONE_DAY <= cur["taken_at"] <= last:
+            out.append({"x": cur["taken_at"].isoformat(), "text": _snapshot_change(prev, cur), "kind": "hardware"})
+    envs = _night_envs(points)
+    prev_env = None
+    for n in nights:
+        env = envs.get(n.pk)
+        if not env:
+            continue
+        if prev_env is not None and env != prev_env:
+            engine = {e[1:] for e in env}
+            before = {e[1:] for e in prev_env}
+            if engine != before:
+                a, b = sorted(before)[0], sorted(engine)[0]
+                text = env_difference(("", *a), ("", *b)).replace(" -> ", " → ")
+                out.append({"x": n.created_at.isoformat(), "text": text, "kind": "engine"})
+        prev_env = env
+    return sorted(out, key=lambda c: c["x"])
+
+
+def _median(vals: list[float]) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: list[dict[str, Any]],
+                facets: dict[str, list], chosen: dict[str, list]) -> dict[str, Any]:
+    """Context of the trend page of series (host, name) over `nights` (sweeps, oldest first).
+
+    `points`: history points of those nights (already filtered by `chosen`); `flags`: the
+    series' RegressionFlag rows on those nights; `snapshots`: the host's snapshot history
+    (runs.selectors.snapshot_history); `facets`: every value present per filter column,
+    `chosen`: the values shown. Figures: output tok/s and speedup vs autoregressive per night,
+    one panel per (concurrency, TP), a line per configuration (median of repeats), regression
+    flags as markers, hardware and engine changes as dotted lines.
+    """
+    night_x = {n.pk: n.created_at.isoformat() for n in nights}
+    tps = sorted({p["tp"] for p in points})
+    concs = sorted({p["concurrency"] for p in points})
+    labels = sorted({p["label"] for p in points})
+    colours = hf.colour_of(labels)
+    several_lengths = len({(p["input_len"], p["output_len"]) for p in points}) > 1
+
+    def series_label(p: dict) -> str:
+        return f"{p['label']} · {p['input_len']}/{p['output_len']}" if several_lengths else p["label"]
+
+    tok: dict[tuple, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for p in points:
+        tok[(p["concurrency"], p["tp"])][series_label(p)][p["sweep_id"]].append(p[SPEED_FIELD])
+    tok_cells = {cell: {lab: [(night_x[sid], m, f"night #{sid} · {m:.1f} tok/s")
+                              for sid in sorted(by_night) if (m := _median(by_night[sid])) is not None]
+                        for lab, by_night in by_label.items()} for cell, by_label in tok.items()}
+    sp_cells: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    by_night_points: dict[int, list[dict]] = defaultdict(list)
+    for p in points:
+        by_night_points[p["sweep_id"]].append(p)
+    for sid in sorted(by_night_points, key=lambda s: night_x[s]):
+        ps = by_night_points[sid]
+        first = {sp.run_ids[0]: sp for sp in compute_speedups(ps, ci=False)}
+        by_id = {p["run_id"]: p for p in ps}
+        for rid, sp in first.items():
+            p = by_id[rid]
+            if sp.value is None or p["method"] == "auto":
+                continue
+            sp_cells[(p["concurrency"], p["tp"])][series_label(p)].append(
+                (night_x[sid], sp.value, f"night #{sid} · {sp.value:.2f}x vs autoregressive"))
+    flag_rows = [f for f in flags if f.sweep_id in night_x]
+    marks = [{"x": night_x[f.sweep_id], "y": f.value, "tp": f.tp, "concurrency": f.concurrency, "open": f.is_open,
+              "text": f"{f.label}: {f.change_pct:+.1f}% vs rolling median {f.baseline:.1f}"}
+             for f in flag_rows if f.metric == SPEED_FIELD]
+    changes = environment_changes(nights, points, snapshots)
+    figs = {}
+    if points:
+        figs["tok_s"] = hf.trend_figure(f"{name} on {host.name}: output tok/s per night", "output tok/s", tok_cells,
+                                        tps, concs, colours, marks, changes)
+        figs["speedup"] = hf.trend_figure(f"{name} on {host.name}: speedup vs autoregressive per night",
+                                          "speedup (x)", sp_cells, tps, concs, colours, [], changes)
+    data = {
+        "host": host.name, "series": name, "nights": [_sweep_ref(n, host.name) for n in nights],
+        "facets": facets, "chosen": chosen, "changes": changes, "n_points": len(points),
+        # the form: one box per value of each filter with several values, ticked when shown
+        "facet_choices": [{"name": col, "values": [{"value": v, "checked": col not in chosen or v in chosen[col]}
+                                                   for v in vals]} for col, vals in facets.items() if len(vals) > 1],
+        "flags": [{"id": f.pk, "sweep": f.sweep_id, "night": night_x[f.sweep_id], "label": f.label, "tp": f.tp,
+                   "concurrency": f.concurrency, "input_len": f.input_len, "output_len": f.output_len,
+                   "metric": f.metric, "value": f.value, "baseline": f.baseline, "change_pct": f.change_pct,
+                   "rule": f.rule, "open": f.is_open, "acknowledged_by": f.acknowledged_by,
+                   "ack_reason": f.ack_reason, "note": f.note} for f in flag_rows],
+        "figures": figs,
+    }
+    return {"data": data}
+
+
+def _headline(points: list[dict]) -> list[dict[str, Any]]:
+    """Per TP: the configuration with the highest speedup vs its matched autoregressive run, at
+    which workload, and its tok/s; TPs without any matched baseline say so."""
+    best: dict[int, dict[str, Any]] = {}
+    by_id = {p["run_id"]: p for p in points}
+    for sp in compute_speedups(points, ci=False):
+        if sp.value is None or sp.config[0] == "auto":
+            continue
+        p = by_id[sp.run_ids[0]]
+        cur = best.get(p["tp"])
+        if cur is None or sp.value > cur["speedup"]:
+            best[p["tp"]] = {"tp": p["tp"], "label": sp.label, "speedup": sp.value, "concurrency": p["concurrency"],
+                             "output_len": p["output_len"], "tok_s": sp.median_output_throughput,
+                             "n_repeats": sp.n_repeats, "run_ids": sp.run_ids}
+    tps = sorted({p["tp"] for p in points})
+    return [best.get(tp, {"tp": tp, "label": None, "speedup": None}) for tp in tps]
+
+
+def build_home(latest, counts: dict[int, dict[str, int]], points: list[dict], open_flags) -> dict[str, Any]:
+    """Context of the home page: per series (its newest sweep): host, state counts, headline
+    (best configuration and speedup per TP) and its open flags; every open flag in one list and
+    a figure."""
+    by_sweep: dict[int, list[dict]] = defaultdict(list)
+    for p in points:
+        by_sweep[p["sweep_id"]].append(p)
+    flags_by_series: dict[tuple, list] = defaultdict(list)
+    for f in open_flags:
+        flags_by_series[(f.host_id, f.series)].append(f)
+    series = []
+    for s in latest:
+        c = counts.get(s.pk, {})
+        series.append({"sweep": _sweep_ref(s, s.host.name), "counts": c, "total": sum(c.values()),
+                       "headline": _headline(by_sweep.get(s.pk, [])),
+                       "open_flags": len(flags_by_series.get((s.host_id, s.name), []))})
+    flag_rows = [{"id": f.pk, "series": f.series, "host": f.host.name, "sweep": f.sweep_id,
+                  "night": f.sweep.created_at.isoformat(), "label": f.label, "tp": f.tp, "concurrency": f.concurrency,
+                  "input_len": f.input_len, "output_len": f.output_len, "metric": f.metric, "value": f.value,
+                  "baseline": f.baseline, "change_pct": f.change_pct, "rule": f.rule, "note": f.note,
+                  "name": f"{f.series} · {f.label} · TP{f.tp} · c{f.concurrency}"} for f in open_flags]
+    data = {"series": series, "open_flags": flag_rows,
+            "figure": hf.flags_figure([{**r, "night": f"night #{r['sweep']}"} for r in flag_rows])
+            if flag_rows else None}
+    return {"data": data}
+
+

@@ -1,0 +1,247 @@
+"""Page budgets on the real PostgreSQL (issue 9): home, sweep, compare and trend pages and their
+JSON at about 1k, 10k and 100k stored runs, each in 30 nightly sweeps of one series.
+
+    .venv/bin/python benchmarks/history_budget.py \\
+        [--database-url postgres://postgres@127.0.0.1:5432/draftboard_hist_bench] \\
+        [--levels 1000,10000,100000] [--rounds 20]
+
+The database named in the URL is dropped and created afresh (it must not be one you use).
+Per level the nightly sweeps have the users' grid axes (TP 1/4/8 x auto/linear/DDTree
+b15/b16/b32/b64) widened until 30 nights hold the level's runs:
+
+| level | per night | axes beyond the users' grid |
+| --- | --- | --- |
+| 1k | 36 runs | (the users' grid: concurrency 1/8, 1024 tokens) |
+| 10k | 324 | concurrency 1/2/4/8/16/32, 3 repeats |
+| 100k | 3 240 | concurrency 1..32, output 128..2048 (5), input 512/2048, 3 repeats |
+
+Seeding is bulk (bulk_create in batches of 2 000): every run succeeded with a full RunMetrics
+row (every WindowMetrics column), 4 x 64 distribution samples, a 2 KB server-log tail, argv
+and spec as a real run stores them; hardware snapshots with one driver update; the last two
+nights have a planted 25 % drop (TP8 linear, concurrency 1) and regression detection runs on
+the last four nights through the real service (the last one's time is printed). Each page is
+then fetched with Django's test client (the whole middleware and template stack, no network)
+`--rounds` times after 2 warm-up requests: server time p50 / p95 in ms (wall clock), the web
+process's CPU time p50 (its share without PostgreSQL's; other work on the machine moves the
+wall clock, not this), response bytes, SQL queries (counted on one extra request). Targets
+(issue 9): p95 < 150 ms, < 500 KB per page, queries not growing with runs. Prints a table
+per level and a summary; never fails on a figure (exit 0), exit 2 when PostgreSQL is
+unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import pct, print_table  # noqa: E402
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/draftboard_hist_bench"
+NIGHTS = 30
+METHODS = [("auto", None), ("linear", None), ("ddtree", 15), ("ddtree", 16), ("ddtree", 32), ("ddtree", 64)]
+SHAPES = {  # level -> (concurrency, output_len, input_len, repeats)
+    1000: ([1, 8], [1024], [512], 1),
+    10000: ([1, 2, 4, 8, 16, 32], [1024], [512], 3),
+    100000: ([1, 2, 4, 8, 16, 32], [128, 256, 512, 1024, 2048], [512, 2048], 3),
+}
+P95_TARGET_MS, BYTES_TARGET = 150.0, 500_000
+
+
+def recreate_database(url: str) -> None:
+    """Drop and create the database named in `url` (connecting to `postgres` on the same server)."""
+    import psycopg
+
+    u = urlparse(url)
+    name = u.path.lstrip("/")
+    admin = u._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def seed(level: int, rng: np.random.Generator) -> dict:
+    """Store NIGHTS sweeps of the level's shape (bulk), then judge the last night. Returns ids."""
+    from django.db import connection
+
+    from benchkit.measure.metrics import METRIC_FIELDS
+    from benchkit.specs import GpuRef, RunSpec, ServerConfig, WorkloadSpec
+    from runs.models import HardwareSnapshot, Host, RegressionFlag, Run, RunMetrics, RunState, Sweep
+    from runs.services import regressions
+    from runs.services.hosts import record_inventory
+    from runs.services.sweeps import run_fields
+    from tests.nightly import AR_TOK_S, TAU, target_tok_s
+    from tests.test_allocation import UUIDS, pcie8_inventory
+
+    with connection.cursor() as cur:  # a clean slate per level
+        cur.execute("TRUNCATE runs_regressionflag, runs_runmetrics, runs_runtransition, runs_requestlogblob, "
+                    "runs_gpulease, runs_run, runs_sweep, runs_gpu, runs_hardwaresnapshot, runs_host CASCADE")
+    conc, outs, ins, repeats = SHAPES[level]
+    start = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
+    host = Host.objects.create(name="ws-pcie8")
+    import dataclasses
+
+    inv = pcie8_inventory()
+    s1 = record_inventory(host, dataclasses.replace(inv, driver_version="575.57.08"))
+    s2 = record_inventory(host, dataclasses.replace(inv, driver_version="580.65.06"))
+    HardwareSnapshot.objects.filter(pk=s1.pk).update(taken_at=start - timedelta(days=1))
+    HardwareSnapshot.objects.filter(pk=s2.pk).update(taken_at=start + timedelta(days=9, hours=-1))
+    gpus = {1: [GpuRef(index=0, uuid=UUIDS[0])], 4: [GpuRef(index=i, uuid=UUIDS[i]) for i in range(4)],
+            8: [GpuRef(index=i, uuid=UUIDS[i]) for i in range(8)]}
+    specs = []
+    for tp in (1, 4, 8):
+        for method, budget in METHODS:
+            for c in conc:
+                for o in outs:
+                    for i in ins:
+                        for r in range(repeats):
+                            specs.append(RunSpec(
+                                server=ServerConfig(engine="sglang", engine_build="sglang-ddtree-pr",
+                                                    model="/models/Qwen3.5-27B", method=method, tree_budget=budget,
+                                                    drafter="" if method == "auto" else "/models/Qwen3.5-27B-DFlash",
+                                                    tp=tp),
+                                workload=WorkloadSpec(concurrency=c, output_len=o, input_len=i, num_prompts=64,
+                                                      ignore_eos=True),
+                                gpus=gpus[tp], repeat_index=r))
+    per_spec = [(s, s.to_dict(), run_fields(s), s.point_key()) for s in specs]
+    numeric = [f for f in METRIC_FIELDS if f.kind in (int, float)]
+    log_tail = ("INFO sglang server ready; " * 80)[:2000]
+    sweeps = []
+    for night in range(1, NIGHTS + 1):
+        at = start + timedelta(days=night - 1)
+        sweep = Sweep.objects.create(name="users-grid-wide", host=host, source="sweeps/users-grid-wide.yaml",
+                                     spec={"name": "users-grid-wide"})
+        Sweep.objects.filter(pk=sweep.pk).update(created_at=at)
+        version = "0.5.3" if night > 20 else "0.5.2"
+        runs = [Run(sweep=sweep, host=host, point_key=key, spec=sd, state=RunState.SUCCEEDED, started_at=at,
+                    finished_at=at + timedelta(minutes=1), engine_version=version,
+                    argv=["python", "-m", "sglang.launch_server", "--tp-size", str(s.server.tp)],
+                    server_log_tail=log_tail, **fields) for s, sd, fields, key in per_spec]
+        Run.objects.bulk_create(runs, batch_size=2000)
+        rows = []
+        for run in runs:
+            label = run.method_label
+            c = run.concurrency if run.concurrency in (1, 8) else (1 if run.concurrency < 8 else 8)
+            tok = target_tok_s(label, run.tp, c) * (run.concurrency / c) ** 0.5 * (1 + rng.uniform(-0.02, 0.02))
+            if night >= NIGHTS - 1 and (label, run.tp, run.concurrency) == ("linear", 8, 1):
+                tok *= 0.75
+            values = {f.name: float(rng.uniform(1, 100)) if f.kind is float else int(rng.integers(1, 1000))
+                      for f in numeric}
+            values.update(output_throughput_tok_s=tok, median_tpot_ms=1000.0 * run.concurrency / tok,
+                          median_ttft_ms=60.0 + run.input_len / 20, acceptance_length=TAU.get(label),
+                          per_position_acceptance_rate=[0.8, 0.6, 0.5, 0.4])
+            rows.append(RunMetrics(run=run, spec_source="sglang", **values, distributions={
+                k: [round(float(x), 3) for x in rng.gamma(2, 5, 64)] for k in ("ttft_ms", "itl_ms", "icl_ms",
+                                                                              "tokens_per_chunk")}))
+        RunMetrics.objects.bulk_create(rows, batch_size=2000)
+        sweeps.append(sweep.pk)
+    assert AR_TOK_S  # the users' figures come from tests/nightly.py
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+    for pk in sweeps[-4:-1]:  # the nights before, judged as the worker would have
+        regressions.detect_for_sweep(pk)
+    t0 = time.perf_counter()
+    det = regressions.detect_for_sweep(sweeps[-1])
+    detect_ms = (time.perf_counter() - t0) * 1000
+    flags = RegressionFlag.objects.count()
+    return {"sweeps": sweeps, "host": host.name, "series": "users-grid-wide", "detect_ms": detect_ms,
+            "flags": flags, "runs": Run.objects.count(), "last_flags": len(det.flagged)}
+
+
+def measure(ids: dict, rounds: int) -> list[list]:
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    last, prev = ids["sweeps"][-1], ids["sweeps"][-2]
+    trend_q = f"?host={ids['host']}&series={ids['series']}"
+    pages = [
+        ("home", "/"), ("home JSON", "/home.json"),
+        ("sweep", f"/sweeps/{last}/"), ("sweep JSON", f"/sweeps/{last}/data.json"),
+        ("compare", f"/compare/?old={prev}&new={last}"), ("compare JSON", f"/compare/data.json?old={prev}&new={last}"),
+        ("trend", f"/trend/{trend_q}"), ("trend JSON", f"/trend/data.json{trend_q}"),
+    ]
+    client = Client()
+    out = []
+    for name, url in pages:
+        for _ in range(2):
+            resp = client.get(url)
+            assert resp.status_code == 200, (url, resp.status_code)
+        times, cpu = [], []
+        for _ in range(rounds):
+            t0, c0 = time.perf_counter(), time.process_time()
+            resp = client.get(url)
+            times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+        with CaptureQueriesContext(connection) as q:
+            client.get(url)
+        p95 = pct(times, 95)
+        ok = "yes" if p95 < P95_TARGET_MS and len(resp.content) < BYTES_TARGET else "NO"
+        out.append([name, pct(times, 50), p95, pct(cpu, 50), len(resp.content), len(q), ok])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
+    ap.add_argument("--levels", default="1000,10000,100000")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--measure-only", action="store_true",
+                    help="measure the database as the last run left it (no drop, no seeding)")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    unknown = [lv for lv in levels if lv not in SHAPES]
+    if unknown:
+        ap.error(f"--levels: known levels are {', '.join(map(str, SHAPES))}")
+    try:
+        if not args.measure_only:
+            recreate_database(args.database_url)
+    except Exception as exc:
+        print(f"PostgreSQL at {args.database_url} is not usable: {exc}", file=sys.stderr)
+        return 2
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ.setdefault("DRAFTBOARD_VAR_DIR", "/tmp/draftboard-bench-var")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchsite.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    rng = np.random.default_rng(0)
+    summary = []
+    if args.measure_only:
+        from runs.models import RegressionFlag, Run, Sweep
+
+        sweeps = list(Sweep.objects.order_by("created_at", "pk").values_list("pk", flat=True))
+        levels = [Run.objects.count()]
+    for level in levels:
+        t0 = time.perf_counter()
+        if args.measure_only:
+            ids = {"sweeps": sweeps, "host": "ws-pcie8", "series": "users-grid-wide", "detect_ms": float("nan"),
+                   "flags": RegressionFlag.objects.count(), "runs": level}
+        else:
+            ids = seed(level, rng)
+        seed_s = time.perf_counter() - t0
+        print(f"\n== {ids['runs']} runs in {NIGHTS} nightly sweeps of {ids['runs'] // NIGHTS} runs "
+              f"(seeded in {seed_s:.0f} s; regression detection of the last night {ids['detect_ms']:.0f} ms, "
+              f"{ids['flags']} flag(s) stored over the last 4 nights)")
+        rows = measure(ids, args.rounds)
+        print_table(["page", "p50 ms", "p95 ms", "web CPU p50 ms", "bytes", "queries", "within budget"], rows)
+        summary.append((ids["runs"], {r[0]: r for r in rows}))
+    print("\n== summary: p95 ms / queries per page as runs grow")
+    names = list(summary[0][1])
+    print_table(["page", *[f"{n} runs" for n, _ in summary]],
+                [[name, *[f"{rows[name][2]:.1f} / {rows[name][5]}" for _, rows in summary]] for name in names])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

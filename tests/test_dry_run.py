@@ -1,0 +1,108 @@
+"""`manage.py start_sweep FILE --dry-run`: every run's GPUs (and NUMA crossing), exact argv and
+environment, the preflight checks that fail now and the server starts, with nothing stored and
+no server started."""
+
+from __future__ import annotations
+
+import re
+import socket
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from benchkit.engines.server import ManagedServer
+from runs.models import GpuLease, HardwareSnapshot, Host, Run, RunTransition, Sweep
+from runs.services import dispatch
+from runs.services.hosts import record_inventory
+from tests import standin
+from tests.factories import make_host
+from tests.test_allocation import UUIDS, pcie8_inventory
+
+pytestmark = pytest.mark.django_db
+SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+RUN_LINE = re.compile(r"^  run (\d+)/(\d+): (\S+)(?: b\d+)? TP(\d+) .* · GPUs (\S+) \((.*)\)$")
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Fail the test if a server would start or the broker be asked; yields a row counter."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run started something")
+
+    monkeypatch.setattr(ManagedServer, "start", refuse)
+    monkeypatch.setattr(dispatch, "check_broker", refuse)
+    monkeypatch.setattr(dispatch.current_app, "send_task", refuse)
+
+    def counts():
+        return [m.objects.count() for m in (Host, HardwareSnapshot, Sweep, Run, RunTransition, GpuLease)]
+    return counts
+
+
+def dry_run(*args) -> str:
+    out = StringIO()
+    call_command("start_sweep", *map(str, args), "--dry-run", stdout=out)
+    return out.getvalue()
+
+
+def test_users_grid_dry_run_on_the_8_gpu_two_numa_host(nothing_starts):
+    record_inventory(make_host("ws-pcie8"), pcie8_inventory())
+    before = nothing_starts()
+    text = dry_run(SWEEPS / "users-grid-sglang.yaml", "--host", "ws-pcie8")
+    assert nothing_starts() == before  # nothing stored
+    runs = [RUN_LINE.match(line) for line in text.splitlines() if line.startswith("  run ")]
+    assert len(runs) == 36 and all(runs) and [int(m.group(1)) for m in runs] == list(range(1, 37))
+    by_tp = {}
+    for m in runs:
+        by_tp.setdefault(int(m.group(4)), set()).add((m.group(5), m.group(6)))
+    assert by_tp == {1: {("0", "inside NUMA node 0")}, 4: {("0,1,2,3", "inside NUMA node 0")},
+                     8: {("0,1,2,3,4,5,6,7", "CROSSES NUMA nodes 0,1")}}
+    assert "36 runs in 18 server starts" in text
+    assert len(re.findall(r"^server start \d+/18: ", text, re.M)) == 18
+    # the exact argv and environment of a TP4 DDTree start
+    start = text[text.index("server start 9/18:"):text.index("server start 10/18:")]
+    assert start.startswith("server start 9/18: TP4 ddtree b15, build 'sglang-ddtree-pr'")
+    assert re.search(r"argv: \S+python\S* -m sglang.launch_server --model-path /models/Qwen3.5-27B --host 127.0.0.1 "
+                     r"--port \d+ --tp-size 4 --enable-metrics --served-model-name qwen3.5-27b --random-seed 0 "
+                     r"--disable-radix-cache --speculative-algorithm DDTREE --speculative-draft-model-path "
+                     r"/models/Qwen3.5-27B-DFlash --speculative-ddtree-budget 15\n", start)
+    gpus = ",".join(UUIDS[:4])
+    assert f"env (over the worker's environment): CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpus}\n" in start
+    # what would fail now, on this machine: the example model paths, and no SGLang installed here
+    assert "FAIL model: model_missing: model directory /models/Qwen3.5-27B does not exist" in start
+    assert re.search(r"FAIL engine_env: engine_env_error: build 'sglang-ddtree-pr' \(interpreter .*\): cannot import "
+                     r"the engine: no module 'sglang'", start)
+    assert "GPU checks (CUDA initialisation, idle GPUs) skipped: the host is not this machine" in text
+    assert text.rstrip().endswith("preflight failures now: engine_env_error at 18 of 18 server starts; "
+                                  "model_missing at 18 of 18 server starts")
+
+
+def test_dry_run_on_this_machine_passes_or_names_the_taken_pinned_port(tmp_path, monkeypatch, nothing_starts):
+    monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(standin.flags_file(tmp_path / "flags.yaml")))
+    model = standin.model_dir(tmp_path)
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"""
+name: cpu
+engine: vllm
+model: {model}
+server: {{load_format: dummy, env: {{PYTHONPATH: "{standin.STANDIN_SRC}"}}}}
+grid: {{methods: [auto], concurrency: [1, 2]}}
+""")
+    before = nothing_starts()
+    text = dry_run(sweep)
+    assert "preflight now: every check passes" in text and "preflight failures now: none" in text
+    assert f"on host {settings.DRAFTBOARD_HOST}:" in text and "2 runs in 1 server starts" in text
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        sweep.write_text(sweep.read_text() + f"port: {port}\n")
+        text = dry_run(sweep)
+    finally:
+        held.close()
+    assert f"port: {port} (pinned by the sweep file)" in text
+    assert f"FAIL ports: port_in_use: port {port} is in use" in text
+    assert nothing_starts() == before

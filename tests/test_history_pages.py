@@ -1,0 +1,222 @@
+"""Compare, trend and home pages, regression flags (service, admin, command) on a nightly series
+of the users' grid built through the real services (tests/nightly.py), against the real database."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.urls import reverse
+
+from runs.models import RegressionFlag, Run, RunState
+from runs.services import regressions
+from runs.services.invalidation import invalidate_runs
+from tests.factories import finish_run, make_run, make_sweep
+from tests.nightly import build_nightly_series
+
+pytestmark = pytest.mark.django_db
+
+NIGHTS = 6
+
+
+@pytest.fixture
+def series():
+    return build_nightly_series(nights=NIGHTS)
+
+
+def _flags():
+    return list(RegressionFlag.objects.order_by("pk").values_list("sweep_id", "label", "tp", "concurrency", "rule"))
+
+
+def test_only_the_planted_regression_is_flagged_once(series):
+    last = series.sweeps[-1]
+    assert _flags() == [(last.pk, "linear", 8, 1, "hud")]
+    flag = RegressionFlag.objects.get()
+    assert flag.change_pct == pytest.approx(-25, abs=4) and flag.previous_change_pct == pytest.approx(-25, abs=4)
+    assert flag.series == "users-grid-sglang" and flag.host == series.host and flag.is_open
+    assert flag.baseline_sweep_ids == [s.pk for s in series.sweeps[:5]]  # the 5 nights before (window 5)
+    assert sorted(flag.run_ids) == list(Run.objects.filter(sweep=last, method="linear", tp=8, concurrency=1)
+                                        .values_list("pk", flat=True))
+    assert "engine version 0.5.2 -> 0.5.3" in flag.note
+    # a back-fill re-judges every night: still one flag, same row
+    call_command("detect_regressions")
+    assert _flags() == [(last.pk, "linear", 8, 1, "hud")] and RegressionFlag.objects.get().pk == flag.pk
+
+
+def test_acknowledged_flag_survives_re_detection_and_invalidation(series):
+    flag = RegressionFlag.objects.get()
+    with pytest.raises(ValueError, match="reason"):
+        regressions.acknowledge([flag.pk], "alice", "  ")
+    assert regressions.acknowledge([flag.pk], "alice", "TP8 linear slowed by the new all-reduce; filed") == 1
+    assert regressions.acknowledge([flag.pk], "bob", "again") == 0  # the first acknowledgement stays
+    # the slow runs are invalidated: the rule no longer holds, but the acknowledged flag is audit
+    last = series.sweeps[-1]
+    invalidate_runs(list(Run.objects.filter(sweep=last, method="linear", tp=8, concurrency=1)), "bad node")
+    regressions.detect_for_sweep(last.pk)
+    flag.refresh_from_db()
+    assert flag.acknowledged_by == "alice" and flag.ack_reason.startswith("TP8 linear") and not flag.is_open
+
+
+def test_unacknowledged_flag_that_no_longer_holds_is_removed(series):
+    last = series.sweeps[-1]
+    invalidate_runs(list(Run.objects.filter(sweep=last, method="linear", tp=8, concurrency=1)), "bad node")
+    result = regressions.detect_for_sweep(last.pk)
+    assert result.flagged == [] and result.removed == 1 and not RegressionFlag.objects.exists()
+
+
+def test_demo_and_first_nights_are_not_judged():
+    demo = make_sweep(name="demo", is_demo=True)
+    finish_run(make_run(demo))
+    assert regressions.detect_for_sweep(demo.pk).skipped.startswith("demo sweep")
+    first = make_sweep(name="alone")
+    assert regressions.detect_for_sweep(first.pk).skipped == "first night of its series"
+
+
+def test_last_run_of_a_sweep_queues_detection(django_capture_on_commit_callbacks):
+    sw = make_sweep(name="nightly")
+    a, b = make_run(sw, "auto"), make_run(sw, "draft_model", 4)
+    finish_run(a)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert regressions.runs_finished([a.pk]) == []  # b is still queued
+    assert callbacks == []
+    finish_run(b)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert regressions.runs_finished([b.pk]) == [sw.pk]
+    assert len(callbacks) == 1
+
+
+def test_detection_not_queued_when_the_broker_is_down(monkeypatch, caplog):
+    def down(sweep_id, queue):
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(regressions.dispatch, "enqueue_detection", down)
+    with caplog.at_level(logging.WARNING, logger="runs.services.regressions"):
+        regressions._send(7, "host.x")  # the hook's on-commit callback: logs, never raises
+    assert "detect_regressions --sweep 7" in caplog.text
+
+
+# --- pages -----------------------------------------------------------------------------------------
+
+
+def test_home_shows_latest_sweep_headline_and_the_flag(client, series):
+    html = client.get(reverse("analysis:home")).content.decode()
+    last = series.sweeps[-1]
+    assert f"users-grid-sglang #{last.pk}" in html and 'id="fig-flags"' in html
+    data = client.get(reverse("analysis:home_data")).json()
+    (s,) = data["series"]
+    assert s["sweep"]["id"] == last.pk and s["counts"]["succeeded"] == 36 and s["open_flags"] == 1
+    tp1 = next(h for h in s["headline"] if h["tp"] == 1)
+    assert tp1["label"] == "b15" and tp1["speedup"] == pytest.approx(6.5, rel=0.06)
+    assert [(f["label"], f["tp"], f["concurrency"]) for f in data["open_flags"]] == [("linear", 8, 1)]
+    (bar,) = data["figure"]["data"]
+    assert bar["y"] == ["users-grid-sglang · linear · TP8 · c1"] and bar["x"][0] < -15
+
+
+def test_compare_default_is_the_last_two_nights(client, series):
+    data = client.get(reverse("analysis:compare_data")).json()
+    old, new = series.sweeps[-2], series.sweeps[-1]
+    assert (data["old"]["id"], data["new"]["id"]) == (old.pk, new.pk)
+    assert data["counts"]["matched"] == 36 and data["counts"]["apart"] == 0
+    worse = [(p["label"], p["tp"], p["concurrency"]) for p in data["points"] if p["verdict"] == "worse"]
+    # the planted point fell 25 % on the last two nights: night -1 vs -2 is level; noise is within 5 %
+    assert worse == [] and data["counts"]["same"] == 36
+    data = client.get(reverse("analysis:compare_data"), {"old": series.sweeps[-3].pk, "new": new.pk}).json()
+    worse = [(p["label"], p["tp"], p["concurrency"]) for p in data["points"] if p["verdict"] == "worse"]
+    assert worse == [("linear", 8, 1)] and data["counts"]["worse"] == 1
+    tok = data["points"][0]["metrics"][0]
+    assert tok["name"] == "output_throughput_tok_s" and tok["change_pct"] == pytest.approx(-25, abs=4)
+    assert data["points"][0]["single_run"] is True
+    html = client.get(reverse("analysis:compare"), {"old": series.sweeps[-3].pk, "new": new.pk}).content.decode()
+    assert "1 worse" in html and 'id="fig-compare"' in html
+
+
+def test_compare_across_engine_upgrade_puts_points_apart(client, series):
+    before = series.sweeps[series.engine_upgrade_night - 2]
+    after = series.sweeps[series.engine_upgrade_night - 1]
+    data = client.get(reverse("analysis:compare_data"), {"old": before.pk, "new": after.pk}).json()
+    assert data["counts"]["matched"] == 0 and data["counts"]["apart"] == 36
+    assert data["apart_reasons"] == ["engine version 0.5.2 -> 0.5.3"]
+    html = client.get(reverse("analysis:compare"), {"old": before.pk, "new": after.pk}).content.decode()
+    assert "not compared" in html
+
+
+def test_compare_filters_and_bad_queries(client, series):
+    new = series.sweeps[-1]
+    data = client.get(reverse("analysis:compare_data"), {"new": new.pk, "tp": "8", "concurrency": "1"}).json()
+    assert {(p["tp"], p["concurrency"]) for p in data["points"]} == {(8, 1)} and data["counts"]["matched"] == 6
+    assert client.get(reverse("analysis:compare_data"), {"tp": "x"}).status_code == 400
+    assert client.get(reverse("analysis:compare"), {"new": "abc"}).status_code == 400
+    assert client.get(reverse("analysis:compare_data"), {"new": 999999}).status_code == 404
+
+
+def test_trend_draws_flag_and_environment_changes(client, series):
+    q = {"host": series.host.name, "series": "users-grid-sglang"}
+    data = client.get(reverse("analysis:trend_data"), q).json()
+    assert len(data["nights"]) == NIGHTS and data["n_points"] == 36 * NIGHTS
+    texts = [c["text"] for c in data["changes"]]
+    assert texts == ["driver 575.57.08 → 580.65.06, CUDA 12.9 → 13.0", "engine version 0.5.2 → 0.5.3"]
+    fig = data["figures"]["tok_s"]
+    flags = [t for t in fig["data"] if t["name"] == "regression flag"]
+    assert len(flags) == 1 and len(flags[0]["x"]) == 1 and "linear" in flags[0]["text"][0]
+    assert {a["text"] for a in fig["layout"]["annotations"]} >= set(texts)
+    lines = {t["name"] for t in fig["data"] if t.get("mode") == "lines+markers"}
+    assert lines == {"auto", "linear", "b15", "b16", "b32", "b64"}
+    speed = data["figures"]["speedup"]
+    tp1_b15 = [t for t in speed["data"] if t["name"] == "b15" and t["xaxis"] == "x"]
+    assert tp1_b15 and all(y == pytest.approx(6.5, rel=0.06) for y in tp1_b15[0]["y"])
+    html = client.get(reverse("analysis:trend"), q).content.decode()
+    assert 'id="fig-trend-tok-s"' in html and "linear" in html and "acknowledge" in html
+    assert client.get(reverse("analysis:trend"), {**q, "nights": "0"}).status_code == 400
+    assert client.get(reverse("analysis:trend"), {"host": series.host.name, "series": "nope"}).status_code == 404
+
+
+def test_admin_acknowledge_needs_the_permission(client, series):
+    flag = RegressionFlag.objects.get()
+    url = reverse("admin:runs_regressionflag_changelist")
+    staff = User.objects.create_user("viewer", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_regressionflag"))
+    client.force_login(staff)
+    assert client.get(url).status_code == 200
+    client.post(url, {"action": "acknowledge", "_selected_action": [flag.pk], "apply": "1", "reason": "known"})
+    flag.refresh_from_db()
+    assert flag.is_open  # no acknowledge permission: the action is not offered
+    staff.user_permissions.add(Permission.objects.get(codename="acknowledge_regressionflag"))
+    staff = User.objects.get(pk=staff.pk)
+    client.force_login(staff)
+    first = client.post(url, {"action": "acknowledge", "_selected_action": [flag.pk]})
+    assert first.status_code == 200 and b"reason" in first.content and RegressionFlag.objects.get().is_open
+    client.post(url, {"action": "acknowledge", "_selected_action": [flag.pk], "apply": "1",
+                      "reason": "expected: new all-reduce"})
+    flag.refresh_from_db()
+    assert not flag.is_open and flag.acknowledged_by == "viewer" and flag.ack_reason == "expected: new all-reduce"
+    assert client.get(reverse("analysis:home_data")).json()["open_flags"] == []
+    trend = client.get(reverse("analysis:trend_data"), {"host": series.host.name, "series": flag.series}).json()
+    assert [f["open"] for f in trend["flags"]] == [False]
+
+
+# --- query counts do not grow with runs -------------------------------------------------------------
+
+PAGES = [("analysis:home", {}), ("analysis:home_data", {}), ("analysis:compare", {}),
+         ("analysis:compare_data", {}), ("analysis:trend", None), ("analysis:trend_data", None)]
+#: home: latest ids, latest sweeps, runs' points, state counts, open flags (+ hosts for the HTML);
+#: compare: latest ids, latest sweep, previous, old sweep's host, snapshots, points;
+#: trend: host, nights, facets, snapshots, points, flags.
+EXPECTED = {"analysis:home": 6, "analysis:home_data": 5, "analysis:compare": 6, "analysis:compare_data": 6,
+            "analysis:trend": 6, "analysis:trend_data": 6}
+
+
+def test_query_counts_do_not_grow_with_runs(client, django_assert_num_queries):
+    s = build_nightly_series(nights=6)
+    series_q = {"host": s.host.name, "series": "users-grid-sglang"}
+
+    def count_all():
+        for name, params in PAGES:
+            with django_assert_num_queries(EXPECTED[name]):
+                assert client.get(reverse(name), series_q if params is None else params).status_code == 200, name
+
+    count_all()
+    build_nightly_series(nights=6, start=s.sweeps[-1].created_at.replace(year=2027))  # 6 more nights
+    assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 2 * 6 * 36
+    count_all()
