@@ -341,6 +341,11 @@ if tspec is not None and tspec.origin:
         out["torch_cuda"] = m.group(1) if m else None
         m = re.search(r"^git_version\s*(?::[^=\n]*)?=\s*['\"]([0-9a-f]{7,40})['\"]", text, re.M)
         out["torch_git"] = m.group(1) if m else None
+        # torch.__version__ as torch itself reports it: it keeps the build's local tag (2.11.0+cu130),
+        # which an image's distribution metadata can lack (seen on the H200 machine: "2.11.0")
+        m = re.search(r"^__version__\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        if m:
+            out["torch_version"] = m.group(1)
 print("DRAFTBOARD_PROBE " + json.dumps(out))
 """
 
