@@ -5,6 +5,7 @@ configurations (auto, draft_model k=3) at concurrency 1 and 2: four runs, two se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -34,26 +35,38 @@ def _test_database_url() -> str:
     return f"postgres://{s['USER']}:{s['PASSWORD'] or ''}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-@pytest.fixture
-def worker(tmp_path):
-    """A real `celery worker` process consuming a fresh host queue; stopped (whole group) after."""
+@contextlib.contextmanager
+def running_worker(tmp_path: Path, host_name: str | None = None):
+    """A real `celery worker` process consuming the queue of `host_name` (a fresh one when None);
+    yields (host_name, log path) and stops the whole process group on exit. The worker reaps its
+    host's lost active runs when it starts (runs.worker), so store in-flight synthetic runs of
+    that host only after it is up, or finish them before."""
     was_up = localstack.ping(settings.CELERY_BROKER_URL)
     broker = localstack.ensure_redis(settings.CELERY_BROKER_URL, Path(settings.VAR_DIR))
-    host_name = f"ci-{uuid.uuid4().hex[:8]}"
+    host_name = host_name or f"ci-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "DATABASE_URL": _test_database_url(), "CELERY_BROKER_URL": broker,
            "DRAFTBOARD_HOST": host_name, "DRAFTBOARD_RUNS_DIR": str(tmp_path / "runs")}
     log = open(tmp_path / "worker.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchsite", "worker", "-Q", f"host.{host_name}",
                              "-c", "1", "--loglevel", "INFO", "-n", f"{host_name}@%h"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    yield host_name, tmp_path / "worker.log"
-    from benchkit.hosts.teardown import stop_process_group
+    try:
+        yield host_name, tmp_path / "worker.log"
+    finally:
+        from benchkit.hosts.teardown import stop_process_group
 
-    stop_process_group(proc.pid, term_timeout_s=20)
-    proc.wait(timeout=10)
-    log.close()
-    if not was_up:  # the private Redis this test started
-        localstack.stop_redis(Path(settings.VAR_DIR))
+        stop_process_group(proc.pid, term_timeout_s=20)
+        proc.wait(timeout=10)
+        log.close()
+        if not was_up:  # the private Redis this test started
+            localstack.stop_redis(Path(settings.VAR_DIR))
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A real `celery worker` process consuming a fresh host queue; stopped (whole group) after."""
+    with running_worker(tmp_path) as started:
+        yield started
 
 
 def test_two_run_sweep_through_celery(worker, demo_models):
