@@ -230,11 +230,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _listener_with_free_neighbour(bind_host: str) -> socket.socket:
+    """A listening socket on a kernel-chosen port P whose neighbour P-1 was free just before
+    (other tests' servers take ports too: P-1 in use would name P-1 in the span check)."""
+    for _ in range(50):
+        s = socket.socket()
+        s.bind((bind_host, 0))
+        port = s.getsockname()[1]
+        try:
+            with socket.socket() as probe:
+                probe.bind((bind_host, port - 1))
+        except OSError:
+            s.close()
+            continue
+        s.listen(1)
+        return s
+    raise AssertionError("no port with a free neighbour in 50 tries")
+
+
 @pytest.mark.parametrize("bind_host", ["127.0.0.1", "0.0.0.0"])
 def test_port_held_by_a_real_listener(bind_host):
-    with socket.socket() as s:
-        s.bind((bind_host, 0))
-        s.listen(1)
+    with _listener_with_free_neighbour(bind_host) as s:
         port = s.getsockname()[1]
         e = code_of(check_port_free, port)
         assert e.code == "port_in_use" and f"port {port}" in e.message and "EADDRINUSE" in e.message
