@@ -15,9 +15,20 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from benchkit.hosts.inventory import HostInventory
+from benchkit.measure.efficiency import cost_usd_per_m_output_tokens
 from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
 from benchkit.methods import method_label
-from runs.models import ACTIVE_STATES, HardwareSnapshot, Host, RegressionFlag, Run, RunMetrics, RunState, Sweep
+from runs.models import (
+    ACTIVE_STATES,
+    GpuPrice,
+    HardwareSnapshot,
+    Host,
+    RegressionFlag,
+    Run,
+    RunMetrics,
+    RunState,
+    Sweep,
+)
 
 #: Columns that list and figure pages never need and that are heavy to fetch and decode: the run
 #: page's samples (~150 KB of JSON per run), the full RunSpec, the server environment and the
@@ -146,6 +157,41 @@ def counted_points(runs) -> list[dict[str, Any]]:
     """Point dicts (`point_from_run`) of the counted runs among `runs` (already loaded, in
     order): only succeeded runs with metrics feed charts and speedups (`Run.counts`)."""
     return [point_from_run(r) for r in runs if r.counts]
+
+
+def gpu_prices() -> dict[str, float | None]:
+    """{GPU model name (NVML name): USD per GPU-hour, None where the admin left it empty}."""
+    return {name: None if price is None else float(price)
+            for name, price in GpuPrice.objects.values_list("gpu_name", "usd_per_gpu_hour")}
+
+
+def price_for(run: Run | dict[str, Any], prices: dict[str, float | None] | None = None) -> float | None:
+    """The USD price per GPU-hour of `run`'s GPU model (`Run.gpus[*].name`, or a dict with a
+    `gpus` list): None when the run has no GPUs, a GPU without a name, GPUs of different models,
+    or no price set for its model (no cost figure then, never a guess). `prices`: the table of
+    `gpu_prices()` when the caller prices many runs (else one query)."""
+    gpus = run.get("gpus") if isinstance(run, dict) else run.gpus
+    names = {g.get("name") or "" for g in gpus or [] if isinstance(g, dict)}
+    if len(names) != 1 or "" in names:
+        return None
+    table = prices if prices is not None else gpu_prices()
+    return table.get(names.pop())
+
+
+def cost_of(run: Run | dict[str, Any], m: RunMetrics | WindowMetrics | dict[str, Any] | None,
+            prices: dict[str, float | None] | None = None) -> tuple[float | None, float | None]:
+    """(USD per million output tokens, the USD per GPU-hour it used) of `run` at today's price
+    (benchkit.measure.efficiency.cost_usd_per_m_output_tokens over the window's duration and
+    output tokens, G = the run's GPUs); (None, price) when a figure is missing."""
+    price = price_for(run, prices)
+    gpus = run.get("gpus") if isinstance(run, dict) else run.gpus
+    get = m.get if isinstance(m, dict) else (lambda k: getattr(m, k, None))
+    if m is None or price is None:
+        return None, price
+    duration, tokens = get("duration_s"), get("total_output_tokens")
+    if not duration or not tokens:
+        return None, price
+    return cost_usd_per_m_output_tokens(price, len(gpus or []), duration, int(tokens)), price
 
 
 def window_of(m: RunMetrics) -> WindowMetrics:
