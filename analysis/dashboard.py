@@ -282,7 +282,9 @@ def build_run(run, sweep_name: str, gpu_series: dict[str, Any] | None = None,
     d = (m.distributions if m else None) or {}
     figs = {}
     for key, title, unit in (("ttft_ms", "TTFT", "ms"), ("itl_ms", "ITL (per token)", "ms/token"),
-                             ("icl_ms", "ICL (per chunk)", "ms"), ("tokens_per_chunk", "Tokens per chunk (every chunk, each request's first included)", "tokens")):
+                             ("icl_ms", "ICL (per chunk)", "ms"),
+                             ("tokens_per_chunk", "Tokens per chunk (every chunk, each request's first included)",
+                              "tokens")):
         if d.get(key):
             figs[key] = figures.distribution_figure(d[key], title, unit)
     stats_rows = []

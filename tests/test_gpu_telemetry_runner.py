@@ -65,7 +65,7 @@ def test_runner_stores_plausible_efficiency_figures_of_a_real_cuda_load(tmp_path
             spec = RunSpec(server=ServerConfig(engine="external", endpoint_url=url, served_model_name="synthetic"),
                            workload=WorkloadSpec(input_len=8, output_len=16, num_prompts=8, concurrency=1),
                            limits=Limits(request_timeout_s=30, telemetry_hz=10.0),
-                           gpus=[GpuRef(gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.numa_node, gpu.name)])
+                           gpus=[GpuRef(gpu.index, gpu.uuid, gpu.pci_bus_id or "", gpu.numa_node, gpu.name or "")])
             out = execute_runs([spec], [NullHooks()], tmp_path / "run")[0]
         (tmp_path / "stop").touch()
         proc.wait(60)
