@@ -244,7 +244,10 @@ def gpu_rows(m) -> list[dict[str, Any]]:
 
 def telemetry_message(run, m, has_series: bool) -> str:
     """What the run page says about the run's GPU telemetry: the CPU run's note, the notes of its
-    efficiency figures and GPU check, or "" when there is nothing to say."""
+    efficiency figures and GPU check, or "" when there is nothing to say. An imported run says
+    that its file carries no GPU telemetry (not that it had no GPUs)."""
+    if (run.spec or {}).get("imported"):
+        return "no GPU telemetry: the run was imported from another tool's result file"
     if not run.gpus:
         return NO_GPUS_NOTE
     notes = [*(((m.efficiency or {}).get("notes") or []) if m else []), *(((m.gpu_check or {}).get("notes") or [])

@@ -91,6 +91,20 @@ def test_cpu_run_page_says_it_has_no_gpu_telemetry(client):
     assert NO_GPUS_NOTE in html and 'id="fig-gpu"' not in html and 'id="gpu-table"' not in html
 
 
+def test_telemetry_message_of_imported_gpu_and_cpu_runs():
+    from types import SimpleNamespace
+
+    from analysis.dashboard import telemetry_message
+
+    imported = SimpleNamespace(gpus=[], spec={"imported": "bench.json"})
+    assert telemetry_message(imported, None, False) == ("no GPU telemetry: the run was imported from another "
+                                                        "tool's result file")
+    assert telemetry_message(SimpleNamespace(gpus=[], spec={}), None, False) == NO_GPUS_NOTE
+    gpu_run = SimpleNamespace(gpus=[{"uuid": U0}], spec={})
+    assert telemetry_message(gpu_run, None, False) == "no GPU telemetry was recorded for this run"
+    assert telemetry_message(gpu_run, None, True) == ""
+
+
 def test_run_page_shows_cost_with_the_price_it_used(client):
     run = stored(make_sweep(), fixture("clean"), [(0, U0), (1, U1)])
     html = page(client, run)
