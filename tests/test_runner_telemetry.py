@@ -140,3 +140,22 @@ def test_sampler_that_cannot_start_never_fails_the_run(tmp_path, monkeypatch):
     assert out.metrics.energy_j is None and out.metrics.output_tok_s_per_gpu == pytest.approx(
         out.metrics.output_throughput_tok_s)
     assert out.telemetry_note in out.efficiency["notes"]
+
+
+def test_a_run_that_fails_mid_window_keeps_its_stream(tmp_path, monkeypatch):
+    """The counters cannot be read at the window's start: the run fails `metrics_unavailable`, and
+    the sampler is still stopped cleanly, its stream kept for audit (stored with the failed run)."""
+    from benchkit.measure import counters
+
+    flag = tmp_path / "never"
+    stand_in(monkeypatch, f"{switched_stream(tmp_path)}::{flag}")
+
+    def refuse(url):
+        raise counters.ScrapeError(f"{url}: refused for the test")
+
+    monkeypatch.setattr(runner.counters, "scrape", refuse)
+    with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=2)) as url:
+        out = execute_runs([spec(url, [GpuRef(0, U0)], num_prompts=3)], [NullHooks()], tmp_path)[0]
+    assert not out.ok and out.reason == "metrics_unavailable" and "refused for the test" in out.message
+    assert out.telemetry is not None and out.telemetry.n_ticks >= 2 and out.telemetry_note == ""
+    assert decode_telemetry((tmp_path / "telemetry-0.bin").read_bytes()) == out.telemetry

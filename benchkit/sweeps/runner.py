@@ -417,10 +417,11 @@ def _start_telemetry(spec: RunSpec, out: RunOutcome, path: Path | None,
         return None
 
 
-def _end_telemetry(sampler: TelemetrySampler | None, out: RunOutcome, graceful: bool = True) -> None:
-    """Stop the sampler and keep its stream in `out.telemetry` (a failure goes to
-    `out.telemetry_note`, never fails the run); `graceful` False (an interrupt, a time limit):
-    kill it, no stream."""
+def _end_telemetry(sampler: TelemetrySampler | None, out: RunOutcome, graceful: bool = True,
+                   timeout_s: float = 60.0) -> None:
+    """Stop the sampler and keep its stream in `out.telemetry` (a failure, or no answer within
+    `timeout_s`, goes to `out.telemetry_note` and never fails the run); `graceful` False (an
+    interrupt): kill it, no stream."""
     if sampler is None:
         return
     if not graceful:
@@ -428,7 +429,7 @@ def _end_telemetry(sampler: TelemetrySampler | None, out: RunOutcome, graceful: 
         out.telemetry_note = "no GPU telemetry: the run was interrupted, the sampler was killed"
         return
     try:
-        out.telemetry = sampler.stop()
+        out.telemetry = sampler.stop(timeout_s=timeout_s)
     except TelemetryError as exc:
         out.telemetry_note = f"no GPU telemetry: {exc}"
     except BaseException:
@@ -465,8 +466,8 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
         out.reason = "server_died" if dead else "workload_error"
         out.message = f"could not build the prompts against {base_url}: {type(exc).__name__}: {exc}"
         return
-    except Exception:  # a counter scrape at the window's start, a bug: keep the stream for audit
-        _end_telemetry(sampler, out)
+    except Exception:  # a counter scrape, a task's soft time limit, a bug: keep the stream for audit, briefly
+        _end_telemetry(sampler, out, timeout_s=10.0)
         raise
     except BaseException:  # the task's time limit, an interrupt: no waiting for the sampler
         _end_telemetry(sampler, out, graceful=False)
