@@ -688,7 +688,7 @@ def gpu_timeline_figure(series: dict[str, Any] | None) -> dict[str, Any]:
     for k, g in enumerate(series["gpus"]):
         colour = colours[k % len(colours)]
         for key, label, yref, _ in _GPU_PANELS:
-            data.append({"type": "scattergl" if len(x) > 500 else "scatter", "mode": "lines",
+            data.append({"type": "scatter", "mode": "lines",
                          "name": f"GPU {g['index']}", "legendgroup": f"gpu{g['index']}", "showlegend": key == "power_w",
                          "x": x, "y": g[key], "xaxis": "x", "yaxis": yref, "line": {"color": colour, "width": 1.5},
                          "meta": {"gpu": g["uuid"], "quantity": key},
