@@ -291,9 +291,13 @@ def build_run(run, sweep_name: str, gpu_series: dict[str, Any] | None = None,
         if d.get(key):
             figs[key] = figures.distribution_figure(d[key], title, unit)
     stats_rows = []
+    coalesced = coalesced_note(m)
     if m:
         for key, (label, unit) in LATENCY_METRICS.items():
-            stats_rows.append((f"{label} ({unit})", [getattr(m, f"{stat}_{key}_ms") for stat in STAT_NAMES]))
+            head = f"{label} ({unit})"
+            if coalesced and key in ("itl", "icl"):
+                head += " · coalesced arrivals: read TPOT"
+            stats_rows.append((head, [getattr(m, f"{stat}_{key}_ms") for stat in STAT_NAMES]))
     spec: RunSpec | None = spec_from_stored(run.spec or {})
     fragment = point_sweep_file(spec, f"{sweep_name} run {run.pk}",
                                 f"Reproduces run {run.pk} (repeat {run.repeat_index})") if spec else None
@@ -302,6 +306,6 @@ def build_run(run, sweep_name: str, gpu_series: dict[str, Any] | None = None,
             "gpu_figure": figures.gpu_timeline_figure(gpu_series) if gpu_series else None,
             "gpu_rows": gpu_rows(m), "telemetry_message": telemetry_message(run, m, gpu_series is not None),
             "cost_usd_per_m_output_tokens": cost[0], "price_usd_per_gpu_hour": cost[1],
-            "coalesced_note": coalesced_note(m), "coalesced_gap_ms": COALESCED_GAP_MS,
+            "coalesced_note": coalesced, "coalesced_gap_ms": COALESCED_GAP_MS,
             "method_title": method_title(run.method), "fragment": fragment,
             "command": f"env {env} {run.command_line}" if env and run.argv else run.command_line}

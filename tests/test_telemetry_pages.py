@@ -123,6 +123,8 @@ def test_run_page_client_headroom_coalesced_note_and_tau_wording(client):
     row = html[html.index('id="client-headroom"'):]
     assert "2 processes; busiest process 0.42 of one core; event-loop lag p99 1.25 ms, max 4.50 ms (uvloop)" in row
     assert 'id="coalesced-note"' in html and "read TPOT instead" in html
+    assert "<th>ITL (ms/token) · coalesced arrivals: read TPOT</th>" in html
+    assert "<th>ICL (ms) · coalesced arrivals: read TPOT</th>" in html and "<th>TPOT (ms/token)</th>" in html
     assert "1.000 of the gaps between messages below 0.1 ms" in html
     tau = html[html.index('id="tau-client"'):]
     assert "each request's first chunk left out" in tau[:600]
@@ -130,6 +132,7 @@ def test_run_page_client_headroom_coalesced_note_and_tau_wording(client):
     spaced = stored(make_sweep(name="spaced"), None, [], gap_ms=37.0)
     html = page(client, spaced)
     assert 'id="coalesced-note"' not in html and "0.000 of the gaps between messages below 0.1 ms" in html
+    assert "<th>ITL (ms/token)</th>" in html
     assert "load client</th><td>not recorded" in html
 
 
