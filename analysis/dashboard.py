@@ -9,7 +9,9 @@ from typing import Any
 from analysis import figures
 from analysis.filters import Selection, SelectionError
 from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, compute_speedups, inconsistent_gpu_tps, median
-from benchkit.measure.metrics import LATENCY_METRICS, METRICS, STAT_NAMES
+from benchkit.measure.gpu_validity import bit_names
+from benchkit.measure.gpu_window import NO_GPUS_NOTE
+from benchkit.measure.metrics import COALESCED_GAP_MS, COALESCED_NOTE_SHARE, LATENCY_METRICS, METRICS, STAT_NAMES
 from benchkit.methods import method_label, method_title
 from benchkit.specs import RunSpec
 from benchkit.sweeps.fragment import point_sweep_file, spec_from_stored
@@ -72,15 +74,22 @@ def sweep_figures(points: list[dict[str, Any]], selection: Selection) -> tuple[d
 
 
 def sweep_data(sweep, points: list[dict[str, Any]], selection: Selection, with_points: bool = False) -> dict[str, Any]:
-    """The sweep's JSON endpoint: {"sweep", "selection", "figures", "inconsistent_tps"}, plus the
-    point table {"columns": POINT_TABLE, "rows": [[...]]} of the shown runs when `with_points`."""
+    """The sweep's JSON endpoint: {"sweep", "selection", "figures", "inconsistent_tps",
+    "throughput_y"}, plus the point table {"columns": POINT_TABLE, "rows": [[...]]} of the shown
+    runs when `with_points`. `throughput_y`: {"options": [{"key", "label"}], "figures": {key:
+    the throughput (TP scaling) figure with that y-axis}} for the keys of figures.THROUGHPUT_Y
+    (output tok/s, output tok/s per GPU, J per output token, USD per million output tokens;
+    the points need figures.EFFICIENCY_POINT_FIELDS and runs.selectors.add_costs)."""
     figs, _ = sweep_figures(points, selection)
+    shown = [p for p in points if selection.shows(p)]
     out: dict[str, Any] = {
         "sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo},
         "selection": {"tp": selection.tp, "concurrency": selection.concurrency, "output_len": selection.output_len,
                       "method": selection.method, "baseline": selection.baseline},
         "figures": figs,
         "inconsistent_tps": inconsistent_gpu_tps(points),
+        "throughput_y": {"options": [{"key": k, "label": v[1]} for k, v in figures.THROUGHPUT_Y.items()],
+                         "figures": figures.throughput_figures(shown)},
     }
     if with_points:
         out["points"] = {"columns": POINT_TABLE,
@@ -215,27 +224,88 @@ def run_row(run) -> dict[str, Any]:
 RUN_LIST_HEADERS = [METRICS[f].header for f in figures.POINT_METRICS]
 
 
-def build_run(run, sweep_name: str) -> dict[str, Any]:
+def gpu_rows(m) -> list[dict[str, Any]]:
+    """One row per GPU of a metrics row's `efficiency` (benchkit.measure.efficiency.GpuEnergy
+    dicts) with its clock events seen (named, gpu_validity.bit_names) and its verdicts from
+    `gpu_check`: {"index", "uuid", "mean_power_w", "peak_power_w", "energy_j", "energy_source",
+    "energy_note", "sm_clock_min_mhz", "util_gpu_mean_pct", "temp_max_c", "clock_events",
+    "verdicts": [message]}."""
+    eff = (m.efficiency if m else None) or {}
+    check = (m.gpu_check if m else None) or {}
+    seen = check.get("clock_events_seen") or {}
+    rows = []
+    for g in eff.get("gpus") or []:
+        mask = seen.get(g["uuid"], g.get("clock_events_seen", 0))
+        rows.append({**g, "clock_events": bit_names(mask) if mask else "none",
+                     "verdicts": [f"{v['code']}: {v['message']}" for v in check.get("verdicts") or []
+                                  if v.get("gpu_uuid") == g["uuid"]]})
+    return rows
+
+
+def telemetry_message(run, m, has_series: bool) -> str:
+    """What the run page says about the run's GPU telemetry: the CPU run's note, the notes of its
+    efficiency figures and GPU check, or "" when there is nothing to say. An imported run says
+    that its file carries no GPU telemetry (not that it had no GPUs)."""
+    if (run.spec or {}).get("imported"):
+        return "no GPU telemetry: the run was imported from another tool's result file"
+    if not run.gpus:
+        return NO_GPUS_NOTE
+    notes = [*(((m.efficiency or {}).get("notes") or []) if m else []), *(((m.gpu_check or {}).get("notes") or [])
+                                                                            if m else [])]
+    if not has_series and not notes:
+        return "no GPU telemetry was recorded for this run"
+    return "; ".join(n for n in notes if not n.startswith("no GPU-hour price"))
+
+
+def coalesced_note(m) -> str:
+    """The run page's note beside ITL / ICL when more than COALESCED_NOTE_SHARE of the gaps
+    between token-carrying messages were below COALESCED_GAP_MS ("coalesced arrivals", issue
+    13): those medians fall towards 0 and TPOT is the figure to read; "" otherwise."""
+    share = getattr(m, "coalesced_share", None) if m else None
+    if share is None or share <= COALESCED_NOTE_SHARE:
+        return ""
+    return (f"{share:.0%} of the gaps between token-carrying messages were below {COALESCED_GAP_MS:g} ms "
+            f"(coalesced arrivals: several messages reached the client in one read; above "
+            f"{COALESCED_NOTE_SHARE:.0%} this note shows). ITL and ICL medians then fall towards 0 and do not "
+            "measure the server's step time: read TPOT instead.")
+
+
+def build_run(run, sweep_name: str, gpu_series: dict[str, Any] | None = None,
+              cost: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
     """Context of a run page: distribution figures (TTFT, ITL per token, ICL per chunk, tokens
     per chunk; binned here), its latency statistics (one row ("TTFT (ms)", [mean, median, std,
     p90, p95, p99]) per latency metric of the schema), the method's title (benchkit.methods),
     and how to reproduce it: the sweep-file fragment of the point (None for an imported run)
-    and the exact command line with the server's environment."""
+    and the exact command line with the server's environment. GPU telemetry (issue 12): the
+    figure "GPU power, SM clock and utilisation" from `gpu_series` (runs.selectors.gpu_series),
+    per-GPU rows (`gpu_rows`), what to say when there is none (`telemetry_message`) and `cost`
+    ((USD per million output tokens, USD per GPU-hour used), runs.selectors.cost_of). Client
+    (issue 13): the coalesced-arrivals note (`coalesced_note`)."""
     m = getattr(run, "metrics", None)
     d = (m.distributions if m else None) or {}
     figs = {}
     for key, title, unit in (("ttft_ms", "TTFT", "ms"), ("itl_ms", "ITL (per token)", "ms/token"),
-                             ("icl_ms", "ICL (per chunk)", "ms"), ("tokens_per_chunk", "Tokens per chunk", "tokens")):
+                             ("icl_ms", "ICL (per chunk)", "ms"),
+                             ("tokens_per_chunk", "Tokens per chunk (every chunk, each request's first included)",
+                              "tokens")):
         if d.get(key):
             figs[key] = figures.distribution_figure(d[key], title, unit)
     stats_rows = []
+    coalesced = coalesced_note(m)
     if m:
         for key, (label, unit) in LATENCY_METRICS.items():
-            stats_rows.append((f"{label} ({unit})", [getattr(m, f"{stat}_{key}_ms") for stat in STAT_NAMES]))
+            head = f"{label} ({unit})"
+            if coalesced and key in ("itl", "icl"):
+                head += " · coalesced arrivals: read TPOT"
+            stats_rows.append((head, [getattr(m, f"{stat}_{key}_ms") for stat in STAT_NAMES]))
     spec: RunSpec | None = spec_from_stored(run.spec or {})
     fragment = point_sweep_file(spec, f"{sweep_name} run {run.pk}",
                                 f"Reproduces run {run.pk} (repeat {run.repeat_index})") if spec else None
     env = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted((run.server_env or {}).items()))
     return {"figures": figs, "stats_rows": stats_rows, "stat_names": STAT_NAMES,
+            "gpu_figure": figures.gpu_timeline_figure(gpu_series) if gpu_series else None,
+            "gpu_rows": gpu_rows(m), "telemetry_message": telemetry_message(run, m, gpu_series is not None),
+            "cost_usd_per_m_output_tokens": cost[0], "price_usd_per_gpu_hour": cost[1],
+            "coalesced_note": coalesced, "coalesced_gap_ms": COALESCED_GAP_MS,
             "method_title": method_title(run.method), "fragment": fragment,
             "command": f"env {env} {run.command_line}" if env and run.argv else run.command_line}

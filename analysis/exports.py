@@ -15,15 +15,24 @@ import pandas as pd
 
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
-from benchkit.measure.metrics import SUMMARY_FIELDS
-from runs.selectors import window_of
+from benchkit.measure.metrics import METRICS, SUMMARY_FIELDS
+from runs.selectors import cost_of, window_of
+
+#: Efficiency fields of the metric schema in the CSV / LaTeX table (output tokens only).
+EFFICIENCY_COLUMNS = ("output_tok_s_per_gpu", "mean_power_w_per_gpu", "peak_power_w_per_gpu",
+                      "energy_per_output_token_j", "energy_source", "output_tok_s_per_kw")
 
 #: (point key, column header): the run's configuration, its speedup, then the schema's summary
-#: metrics (benchkit.measure.metrics.SUMMARY_FIELDS, headed with their label and unit).
+#: metrics (benchkit.measure.metrics.SUMMARY_FIELDS, headed with their label and unit), the
+#: efficiency figures, and the cost per million output tokens with the GPU-hour price it used
+#: (priced when exported: runs.selectors.add_costs).
 COLUMNS = [
     ("run_id", "run"), ("label", "method"), ("tp", "TP"), ("concurrency", "concurrency"),
     ("output_len", "output tokens"), ("speedup", "speedup"), ("baseline_run_ids", "baseline run"),
     *((f.name, f.header) for f in SUMMARY_FIELDS),
+    *((name, METRICS[name].header) for name in EFFICIENCY_COLUMNS),
+    ("cost_usd_per_m_output_tokens", "cost per million output tokens (USD/Mtok)"),
+    ("price_usd_per_gpu_hour", "price used (USD per GPU-hour)"),
 ]
 
 
@@ -65,12 +74,16 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
                                                         label="tab:draftboard-sweep", na_rep="--", escape=True)
 
 
-def run_export(run) -> dict[str, Any]:
+def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, Any]:
     """One counted run as benchkit.formats.vllm_bench.export_vllm_layout writes it, with the
     run's configuration (engine, method, TP, GPUs, argv, dataset, lengths) under draftboard.run,
-    where the importer reads engine, dataset and lengths back. Unknown values (an imported run's
-    workload its file did not give) are null. Needs `run.metrics` loaded."""
+    where the importer reads engine, dataset and lengths back, and there too
+    `cost_usd_per_m_output_tokens` with the `price_usd_per_gpu_hour` it used (today's price,
+    runs.selectors.cost_of; `prices`: runs.selectors.gpu_prices()). The efficiency figures are
+    under draftboard.metrics with the other figures. Unknown values (an imported run's workload
+    its file did not give) are null. Needs `run.metrics` loaded."""
     m = run.metrics
+    cost, price = cost_of(run, m, prices)
     meta = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine, "engine": run.engine,
         "dataset": run.dataset or None,
@@ -80,14 +93,15 @@ def run_export(run) -> dict[str, Any]:
         "num_speculative_tokens": run.num_speculative_tokens, "tree_budget": run.tree_budget, "tp": run.tp,
         "gpus": run.gpus, "input_len": run.input_len, "output_len": run.output_len, "argv": run.argv,
         "is_demo_model": run.is_demo_model, "source_tool": m.source_tool,
+        "cost_usd_per_m_output_tokens": cost, "price_usd_per_gpu_hour": price,
     }
     return export_vllm_layout(window_of(m), meta, spec_source=m.spec_source or None)
 
 
-def sweep_json(sweep, runs) -> dict[str, Any]:
+def sweep_json(sweep, runs, prices: dict[str, float | None] | None = None) -> dict[str, Any]:
     """The JSON export of a sweep: {"sweep": {id, name, is_demo, spec}, "runs": [run_export of each
     counted run], "excluded": [{run, state, reason} of every other run]}."""
     return {"sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo, "spec": sweep.spec},
-            "runs": [run_export(r) for r in runs if r.counts],
+            "runs": [run_export(r, prices) for r in runs if r.counts],
             "excluded": [{"run": r.pk, "state": r.state, "reason": r.failure_reason or r.invalidated_reason}
                          for r in runs if not r.counts]}

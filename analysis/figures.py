@@ -33,6 +33,20 @@ from benchkit.methods import METHOD_NAMES
 
 #: WindowMetrics fields the sweep figures read (runs.selectors.figure_points loads only these).
 POINT_METRICS = (SPEED_FIELD, "median_tpot_ms", "median_ttft_ms", "acceptance_length", "mean_tokens_per_chunk")
+#: WindowMetrics fields the throughput figure's other y-axes need (cost is priced from the last
+#: two when read: runs.selectors.add_costs).
+EFFICIENCY_POINT_FIELDS = ("output_tok_s_per_gpu", "energy_per_output_token_j", "duration_s", "total_output_tokens")
+#: The throughput figure's y-axis choices (the sweep page's switch; data.json "throughput_y"):
+#: key -> (point field, axis title, hover format, why a point may lack it). Every figure counts
+#: OUTPUT tokens only and its axis says so.
+THROUGHPUT_Y: dict[str, tuple[str, str, str, str]] = {
+    "output_tok_s": (SPEED_FIELD, "output tokens/s", ".1f", "output tok/s unknown"),
+    "output_tok_s_per_gpu": ("output_tok_s_per_gpu", "output tokens/s per GPU", ".1f",
+                             "recorded before per-GPU figures, or no GPU"),
+    "j_per_output_token": ("energy_per_output_token_j", "J per output token", ".3f", "no GPU energy recorded"),
+    "usd_per_m_output_tokens": ("cost_usd_per_m_output_tokens", "USD per million output tokens", ".3f",
+                                "no GPU-hour price set for its GPU model (admin: GPU prices)"),
+}
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 _PANEL_GAP = 0.06
@@ -424,15 +438,19 @@ def _why_caption(verdicts: list[str]) -> str:
 # TP scaling
 
 
-def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Output tok/s vs TP degree, one line per configuration (median over repeats), at the
-    largest output length of `points`: one panel at the lowest concurrency (latency: a single
-    request when it is 1) and one at the highest (throughput). A line going down from TP4 to TP8
-    means the extra GPUs cost more (e.g. all-reduce across the CPU sockets) than they give.
+def tp_scaling_figure(points: list[dict[str, Any]], y: str = "output_tok_s") -> dict[str, Any]:
+    """Output tok/s (or another `y` of THROUGHPUT_Y: output tok/s per GPU, J per output token,
+    USD per million output tokens) vs TP degree, one line per configuration (median over
+    repeats), at the largest output length of `points`: one panel at the lowest concurrency
+    (latency: a single request when it is 1) and one at the highest (throughput). A line going
+    down from TP4 to TP8 means the extra GPUs cost more (e.g. all-reduce across the CPU sockets)
+    than they give. A point without the `y` figure is left out and counted in the caption.
 
-    Empty with a reason when only one TP degree is selected. customdata per point: {"runs"}.
+    Empty with a reason when only one TP degree is selected or no point has the figure.
+    customdata per point: {"runs"}. Raises KeyError for an unknown `y`.
     """
-    title = "TP scaling: output tok/s vs TP degree"
+    field, axis, fmt, why = THROUGHPUT_Y[y]
+    title = "TP scaling: output tok/s vs TP degree" if y == "output_tok_s" else f"TP scaling: {axis} vs TP degree"
     if not points:
         return empty(title, "No counted runs in this selection.")
     tps = sorted({p["tp"] for p in points})
@@ -440,6 +458,9 @@ def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
         return empty(title, f"One TP degree only (TP{tps[0]}): nothing to scale.")
     out_len = highest(p["output_len"] for p in points)
     sel = [p for p in points if p["output_len"] == out_len]
+    missing = [p for p in sel if p.get(field) is None]
+    if len(missing) == len(sel):
+        return empty(title, f"No run in this selection has {axis} ({why}).")
     concs = sorted({p["concurrency"] for p in sel}, key=nulls_last)
     panels = [concs[0]] if len(concs) == 1 else [concs[0], concs[-1]]
     colours = config_colours(points)
@@ -449,22 +470,22 @@ def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
         xref, yref = refs[0][i]
         by_label: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
         for p in sel:
-            if p["concurrency"] == conc and p[SPEED_FIELD] is not None:
+            if p["concurrency"] == conc and p.get(field) is not None:
                 by_label[p["label"]][p["tp"]].append(p)
         for lab in ordered_labels(p for p in sel if p["label"] in by_label):
             ts = sorted(by_label[lab])
-            ys = [_num(_median(p[SPEED_FIELD] for p in by_label[lab][tp]), 2) for tp in ts]
+            ys = [_num(_median(p[field] for p in by_label[lab][tp]), 4) for tp in ts]
             data.append({"type": "scatter", "mode": "lines+markers", "name": lab, "legendgroup": lab,
                          "showlegend": i == 0, "x": [f"TP{tp}" for tp in ts], "y": ys,
                          "line": {"color": colours[lab], "width": 2.5 if lab == "auto" else 2},
                          "marker": {"size": 8}, "xaxis": xref, "yaxis": yref,
                          "customdata": [{"runs": [p["run_id"] for p in by_label[lab][tp]]} for tp in ts],
                          "meta": {"concurrency": conc},
-                         "hovertemplate": f"{lab} · %{{x}} · concurrency {shown(conc)}<br>%{{y:.1f}} tok/s"
+                         "hovertemplate": f"{lab} · %{{x}} · concurrency {shown(conc)}<br>%{{y:{fmt}}} {axis}"
                                           "<extra></extra>"})
         layout[_axis(xref)].update(type="category", categoryorder="array", categoryarray=[f"TP{t}" for t in tps],
                                    title={"text": "TP degree"})
-        layout[_axis(yref)].update(title={"text": "output tok/s" if conc > 1 else "output tok/s (one request)"},
+        layout[_axis(yref)].update(title={"text": axis if conc is None or conc > 1 else f"{axis} (one request)"},
                                    rangemode="tozero")
         kind = "latency" if i == 0 else "throughput"
         annotations.append(_panel_title(f"concurrency {shown(conc)} ({kind})" if len(panels) > 1
@@ -473,8 +494,20 @@ def tp_scaling_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     subtitle = f"{shown(out_len)} output tokens" + _selection_note(points, "output_len", out_len, "output length")
     if len(panels) == 1:
         subtitle += "; one concurrency level only"
-    subtitle += ". " + " ".join(_fastest_tp(data, conc) for conc in panels)
+    if missing:
+        subtitle += (f"; {len(missing)} run{'s' if len(missing) > 1 else ''} without {axis} left out ({why}), "
+                     f"run{'s' if len(missing) > 1 else ''} {_ids(p['run_id'] for p in missing)}")
+    if y in ("output_tok_s", "output_tok_s_per_gpu"):
+        subtitle += ". " + " ".join(_fastest_tp(data, conc) for conc in panels)
+    else:
+        subtitle += "; lower is better."
     return _figure(data, _layout(400, annotations=annotations, **layout), title, subtitle)
+
+
+def throughput_figures(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{key of THROUGHPUT_Y: tp_scaling_figure(points, key)}: the throughput figure with each
+    y-axis the sweep page can switch to."""
+    return {key: tp_scaling_figure(points, key) for key in THROUGHPUT_Y}
 
 
 def _fastest_tp(traces: list[dict[str, Any]], conc: int) -> str:
@@ -630,3 +663,54 @@ def topology_figure(gpus: list[str], links: dict[tuple[int, int], str]) -> dict[
              "colorscale": "Viridis", "showscale": False, "zmin": 0, "zmax": 5}]
     return _figure(data, _layout(80 + 45 * n, top=20, yaxis={"autorange": "reversed"}), "GPU topology",
                    "link types of nvidia-smi topo -m: NV# (NVLink) best, SYS crosses the CPU sockets")
+
+
+# --------------------------------------------------------------------------------------------
+# run page: GPU telemetry
+
+_GPU_PANELS = (("power_w", "power (W)", "y", [0.70, 1.0]), ("sm_mhz", "SM clock (MHz)", "y2", [0.36, 0.64]),
+               ("util_pct", "utilisation (%)", "y3", [0.0, 0.30]))
+
+
+def gpu_timeline_figure(series: dict[str, Any] | None) -> dict[str, Any]:
+    """"GPU power, SM clock and utilisation" of one run: x = seconds from the window's start
+    (the warmup at negative x), three stacked panels sharing x (power W on y, SM clock MHz on
+    y2, utilisation % on y3), one trace per GPU and quantity, the measured window shaded
+    (`layout.shapes`, 0 to window_s), readings with a throttle bit (0x8, 0x20, 0x40, 0x80)
+    marked with a red x on the power panel. `series`: runs.selectors.gpu_series (already
+    downsampled); empty with a reason when None or without readings."""
+    title = "GPU power, SM clock and utilisation"
+    if not series or not series.get("t_s"):
+        return empty(title, "No GPU telemetry was recorded for this run.")
+    colours = _CATEGORICAL
+    x = series["t_s"]
+    data = []
+    for k, g in enumerate(series["gpus"]):
+        colour = colours[k % len(colours)]
+        for key, label, yref, _ in _GPU_PANELS:
+            data.append({"type": "scatter", "mode": "lines",
+                         "name": f"GPU {g['index']}", "legendgroup": f"gpu{g['index']}", "showlegend": key == "power_w",
+                         "x": x, "y": g[key], "xaxis": "x", "yaxis": yref, "line": {"color": colour, "width": 1.5},
+                         "meta": {"gpu": g["uuid"], "quantity": key},
+                         "hovertemplate": f"GPU {g['index']} · %{{x:.2f}} s<br>%{{y}} {label}<extra></extra>"})
+        hot = [i for i, t in enumerate(g["throttled"]) if t]
+        if hot:
+            data.append({"type": "scatter", "mode": "markers", "name": f"GPU {g['index']} throttled",
+                         "legendgroup": f"gpu{g['index']}", "x": [x[i] for i in hot],
+                         "y": [g["power_w"][i] for i in hot],
+                         "xaxis": "x", "yaxis": "y", "marker": {"color": "#d62728", "symbol": "x", "size": 8},
+                         "meta": {"gpu": g["uuid"], "quantity": "throttled"},
+                         "hovertemplate": f"GPU {g['index']} · %{{x:.2f}} s<br>throttle bit set<extra></extra>"})
+    layout = _layout(520, top=20, showlegend=True, legend={"orientation": "h", "y": -0.12},
+                     xaxis={"title": {"text": "seconds from the window start"}, "anchor": "y3", "zeroline": False})
+    for _, label, yref, domain in _GPU_PANELS:
+        layout[_axis(yref)] = {"title": {"text": label}, "domain": domain, "anchor": "x", "rangemode": "tozero"}
+    window_s = series.get("window_s")
+    if window_s:
+        layout["shapes"] = [{"type": "rect", "xref": "x", "yref": "paper", "x0": 0, "x1": window_s, "y0": 0, "y1": 1,
+                             "fillcolor": "#4c78a8", "opacity": 0.08, "line": {"width": 0}, "layer": "below"}]
+    caption = (f"{series['n_ticks']} readings at {series['hz']:g} Hz"
+               + (f", averaged {series['bin_ticks']} per point" if series["bin_ticks"] > 1 else "")
+               + ("; the shaded span is the measured window" if window_s else "; no request window stored")
+               + "; power is NVML's 1 s average (board power only).")
+    return _figure(data, layout, title, caption)

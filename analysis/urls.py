@@ -22,4 +22,5 @@ urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("runs/<int:pk>/progress.json", views.run_progress, name="run_progress"),
     path("hosts/<str:name>/", views.host_detail, name="host_detail"),
+    path("glossary/", views.glossary, name="glossary"),
 ]

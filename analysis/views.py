@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import get_object_or_404, render
 
 from analysis import dashboard, exports, figures, history
+from analysis import glossary as glossary_content
 from analysis.filters import Selection, SelectionError, parse_selection
 from benchkit.compare.speedups import SPEED_FIELD
 from benchkit.hosts.topology import TopoMatrix
@@ -58,7 +59,9 @@ def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
     if isinstance(got, HttpResponse):
         return got
     selection, _, base_cfg = got
-    points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
+    points = selectors.figure_points(pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS,
+                                     **selection.load_kwargs(base_cfg))
+    selectors.add_costs(points)
     return JsonResponse(dashboard.sweep_data(sweep, points, selection, with_points=request.GET.get("points") == "1"))
 
 
@@ -101,7 +104,9 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         raise Http404(f"unknown export format {fmt!r}: use csv, json or tex")
     sweep = get_object_or_404(Sweep, pk=pk)
     runs = list(selectors.sweep_runs(sweep))
-    table = exports.sweep_table(*dashboard.sweep_results(runs))
+    prices = selectors.gpu_prices()
+    points, speedups = dashboard.sweep_results(runs)
+    table = exports.sweep_table(selectors.add_costs(points, prices), speedups)
     name = f"sweep-{sweep.pk}"
     if fmt == "csv":
         resp = HttpResponse(exports.to_csv(table), content_type="text/csv")
@@ -109,7 +114,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         resp = HttpResponse(exports.to_latex(table, caption=f"{sweep.name} (sweep {sweep.pk})"),
                             content_type="application/x-tex")
     else:
-        resp = JsonResponse(exports.sweep_json(sweep, runs), json_dumps_params={"indent": 1})
+        resp = JsonResponse(exports.sweep_json(sweep, runs, prices), json_dumps_params={"indent": 1})
     resp["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return resp
 
@@ -117,10 +122,18 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One run: configuration, how to reproduce it (sweep-file fragment and exact command line),
     GPUs, metrics, binned distributions, history, log tail."""
-    run = get_object_or_404(Run.objects.select_related("sweep", "host", "metrics", "result_file"), pk=pk)
-    ctx = dashboard.build_run(run, run.sweep.name)
+    run = get_object_or_404(Run.objects.select_related(*selectors.RUN_PAGE_RELATED)
+                            .defer(*selectors.RUN_PAGE_DEFERRED), pk=pk)
+    m = getattr(run, "metrics", None)
+    ctx = dashboard.build_run(run, run.sweep.name, gpu_series=selectors.gpu_series(run),
+                              cost=selectors.cost_of(run, m) if m else (None, None))
     ctx.update(run=run, transitions=list(run.transitions.all()))
     return render(request, "analysis/run_detail.html", ctx)
+
+
+def glossary(request: HttpRequest) -> HttpResponse:
+    """Every figure with its formula, unit and the tokens it counts (analysis.glossary)."""
+    return render(request, "analysis/glossary.html", {"sections": glossary_content.SECTIONS})
 
 
 def run_progress(request: HttpRequest, pk: int) -> JsonResponse:

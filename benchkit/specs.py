@@ -88,13 +88,16 @@ class WorkloadSpec:
 
 @dataclass
 class Limits:
-    """Bounds for one run: timeouts in seconds and the sweep's error-rate threshold."""
+    """Bounds for one run: timeouts in seconds, the sweep's error-rate threshold, and the GPU
+    telemetry rate `telemetry_hz` (NVML readings per second, benchkit.hosts.telemetry; the sweep
+    parser accepts telemetry.MIN_HZ..MAX_HZ)."""
 
     ready_timeout_s: float = 600.0
     request_timeout_s: float = 300.0
     run_timeout_s: float = 3600.0
     stop_timeout_s: float = 30.0
     max_error_rate: float = 0.01
+    telemetry_hz: float = 10.0
 
 
 #: Fields of ServerConfig / WorkloadSpec that define a benchmark point (not where or how long).

@@ -321,6 +321,23 @@ class RequestLogBlobAdmin(AuditReadOnly, admin.ModelAdmin):
     readonly_fields = ("run", "n_requests", "n_warmup", "window_start_ns", "window_end_ns")
 
 
+@admin.register(models.GpuTelemetryBlob)
+class GpuTelemetryBlobAdmin(AuditReadOnly, admin.ModelAdmin):
+    list_display = ("run", "hz", "n_ticks", "n_gpus")
+    exclude = ("data",)
+    readonly_fields = ("run", "hz", "n_ticks", "n_gpus", "idle_used_mib")
+
+
+@admin.register(models.GpuPrice)
+class GpuPriceAdmin(admin.ModelAdmin):
+    """GPU-hour prices per GPU model, edited in the list: cost per million output tokens is
+    computed from them when pages and exports are read (runs.selectors.price_for)."""
+
+    list_display = ("gpu_name", "usd_per_gpu_hour", "note", "updated_at")
+    list_editable = ("usd_per_gpu_hour", "note")
+    search_fields = ("gpu_name",)
+
+
 @admin.register(models.GpuLease)
 class GpuLeaseAdmin(admin.ModelAdmin):
     list_display = ("gpu_uuid", "host", "run", "acquired_at", "expires_at")

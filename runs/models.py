@@ -6,6 +6,7 @@ through `runs.services.transitions.transition`, never through `save()`.
 
 from __future__ import annotations
 
+import functools
 import shlex
 
 from django.db import models
@@ -300,7 +301,13 @@ class RunMetrics(models.Model):
     `per_position_acceptance_rate` is the one list among them (a JSON column). Beside them:
     `spec_source` (which counters or tool gave the acceptance figures), `distributions` (the run
     page's samples), `source_tool` and `definitions` (where an imported run's numbers came from
-    and what they mean), `extra` (keys of an imported file that draftboard has no column for).
+    and what they mean), `extra` (keys of an imported file that draftboard has no column for),
+    `efficiency` (benchkit.measure.efficiency.EfficiencyFigures.to_dict() without a price: per-GPU
+    rows and notes; its run-level figures are the `efficiency` columns), `gpu_check`
+    (benchkit.measure.gpu_validity.GpuWindowCheck.to_dict(): verdicts, clock events seen, notes;
+    empty without telemetry) and `client_headroom` (benchkit.measure.loadgen.ClientHeadroom as a
+    dict, per process; its run-level figures are the `client` columns). No cost is stored: it
+    depends on a GPU-hour price that can change (runs.selectors.price_for prices it when read).
     Written only by runs.services.metrics_store.
     """
 
@@ -311,11 +318,14 @@ class RunMetrics(models.Model):
     source_tool = models.CharField(max_length=TEXT_LIMITS["source_tool"], default="draftboard")
     definitions = models.JSONField(default=dict, blank=True)
     extra = models.JSONField(default=dict, blank=True, help_text="source-file keys without a column")
+    efficiency = models.JSONField(default=dict, blank=True, help_text="efficiency figures per GPU and notes")
+    gpu_check = models.JSONField(default=dict, blank=True, help_text="GPU verdicts, clock events seen, notes")
+    client_headroom = models.JSONField(default=dict, blank=True, help_text="load client CPU and loop lag")
     computed_at = models.DateTimeField(auto_now=True)
 
 
 _COLUMN_TYPES = {int: models.BigIntegerField, float: models.FloatField, bool: models.BooleanField,
-                 list: models.JSONField}
+                 list: models.JSONField, str: functools.partial(models.CharField, max_length=40)}
 
 
 def _metric_column(f: MetricField) -> models.Field:
@@ -336,6 +346,40 @@ class RequestLogBlob(models.Model):
     n_warmup = models.PositiveIntegerField()
     window_start_ns = models.BigIntegerField()
     window_end_ns = models.BigIntegerField()
+
+
+class GpuTelemetryBlob(models.Model):
+    """The run's GPU sample stream (benchkit.measure.gpu_samples.encode_telemetry), from just
+    before the warmup to just after the window; stored beside the request logs, for failed runs
+    too (audit), so efficiency figures and GPU verdicts can be re-derived (recompute).
+    `hz`: the sampling rate (ticks/s); `n_ticks`, `n_gpus`: the stream's size; `idle_used_mib`:
+    the preflight's memory reading per GPU UUID (MiB), the baseline of `gpu_unexplained_memory`."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="gpu_telemetry")
+    data = models.BinaryField()
+    hz = models.FloatField()
+    n_ticks = models.PositiveIntegerField()
+    n_gpus = models.PositiveIntegerField()
+    idle_used_mib = models.JSONField(default=dict, blank=True)
+
+
+class GpuPrice(models.Model):
+    """What one GPU-hour of a GPU model costs (USD), set in the admin: cost per million output
+    tokens is computed from it when a page or export is read (runs.selectors.price_for), never
+    stored. `gpu_name`: the NVML name as in `Gpu.name` / `GpuRef.name` (e.g. "NVIDIA H200");
+    an empty price means no cost figure, never a guess."""
+
+    gpu_name = models.CharField(max_length=200, unique=True, help_text='NVML name, e.g. "NVIDIA H200"')
+    usd_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True,
+                                           help_text="USD per GPU-hour; empty = no cost figure")
+    note = models.CharField(max_length=300, blank=True, help_text="where the price comes from")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["gpu_name"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_name}: {self.usd_per_gpu_hour if self.usd_per_gpu_hour is not None else '-'} USD/GPU-h"
 
 
 class GpuLease(models.Model):

@@ -15,9 +15,20 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from benchkit.hosts.inventory import HostInventory
+from benchkit.measure.efficiency import cost_usd_per_m_output_tokens
 from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
 from benchkit.methods import method_label
-from runs.models import ACTIVE_STATES, HardwareSnapshot, Host, RegressionFlag, Run, RunMetrics, RunState, Sweep
+from runs.models import (
+    ACTIVE_STATES,
+    GpuPrice,
+    HardwareSnapshot,
+    Host,
+    RegressionFlag,
+    Run,
+    RunMetrics,
+    RunState,
+    Sweep,
+)
 
 #: Columns that list and figure pages never need and that are heavy to fetch and decode: the run
 #: page's samples (~150 KB of JSON per run), the full RunSpec, the server environment and the
@@ -90,17 +101,20 @@ def figure_points(sweep_id: int, metric_fields: Sequence[str], **selection: Any)
     rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values(
         *(c for c in _POINT_COLUMNS if c != "gpus"), "gpus_text", *(f"metrics__{f}" for f in metric_fields))
     uuids: dict[str | None, tuple[str, ...]] = {}
+    names: dict[str | None, tuple[str, ...]] = {}
     labels: dict[tuple, str] = {}
     points = []
     for r in rows:
         text = r.pop("gpus_text")
         if text not in uuids:
-            uuids[text] = tuple(g.get("uuid", "") for g in (json.loads(text) if text else None) or [])
+            gpus = (json.loads(text) if text else None) or []
+            uuids[text] = tuple(g.get("uuid", "") for g in gpus)
+            names[text] = tuple(g.get("name", "") for g in gpus)
         cfg = (r["method"], r["num_speculative_tokens"], r["tree_budget"])
         if cfg not in labels:
             labels[cfg] = method_label(*cfg)
         p = {k: r[k] for k in _POINT_COLUMNS if k not in ("id", "gpus")}
-        p.update(run_id=r["id"], gpu_uuids=uuids[text], label=labels[cfg],
+        p.update(run_id=r["id"], gpu_uuids=uuids[text], gpu_names=names[text], label=labels[cfg],
                  **{f: r[f"metrics__{f}"] for f in metric_fields})
         points.append(p)
     return points
@@ -148,6 +162,104 @@ def counted_points(runs) -> list[dict[str, Any]]:
     return [point_from_run(r) for r in runs if r.counts]
 
 
+def gpu_prices() -> dict[str, float | None]:
+    """{GPU model name (NVML name): USD per GPU-hour, None where the admin left it empty}."""
+    return {name: None if price is None else float(price)
+            for name, price in GpuPrice.objects.values_list("gpu_name", "usd_per_gpu_hour")}
+
+
+def price_for(run: Run | dict[str, Any], prices: dict[str, float | None] | None = None) -> float | None:
+    """The USD price per GPU-hour of `run`'s GPU model (`Run.gpus[*].name`, or a dict with a
+    `gpus` list): None when the run has no GPUs, a GPU without a name, GPUs of different models,
+    or no price set for its model (no cost figure then, never a guess). `prices`: the table of
+    `gpu_prices()` when the caller prices many runs (else one query)."""
+    gpus = run.get("gpus") if isinstance(run, dict) else run.gpus
+    names = {g.get("name") or "" for g in gpus or [] if isinstance(g, dict)}
+    if len(names) != 1 or "" in names:
+        return None
+    table = prices if prices is not None else gpu_prices()
+    return table.get(names.pop())
+
+
+def cost_of(run: Run | dict[str, Any], m: RunMetrics | WindowMetrics | dict[str, Any] | None,
+            prices: dict[str, float | None] | None = None) -> tuple[float | None, float | None]:
+    """(USD per million output tokens, the USD per GPU-hour it used) of `run` at today's price
+    (benchkit.measure.efficiency.cost_usd_per_m_output_tokens over the window's duration and
+    output tokens, G = the run's GPUs); (None, price) when a figure is missing."""
+    price = price_for(run, prices)
+    gpus = run.get("gpus") if isinstance(run, dict) else run.gpus
+    get = m.get if isinstance(m, dict) else (lambda k: getattr(m, k, None))
+    if m is None or price is None:
+        return None, price
+    duration, tokens = get("duration_s"), get("total_output_tokens")
+    if not duration or not tokens:
+        return None, price
+    return cost_usd_per_m_output_tokens(price, len(gpus or []), duration, int(tokens)), price
+
+
+def add_costs(points: list[dict[str, Any]], prices: dict[str, float | None] | None = None) -> list[dict[str, Any]]:
+    """Set `cost_usd_per_m_output_tokens` and `price_usd_per_gpu_hour` on each point dict (from
+    `gpu_names`, `duration_s` and `total_output_tokens`; None where a figure or the price is
+    missing) at today's prices (`gpu_prices()`, one query, unless given). Returns `points`."""
+    table = gpu_prices() if prices is None else prices
+    for p in points:
+        names = p.get("gpu_names") or ()
+        run = {"gpus": [{"name": n} for n in names]}
+        p["cost_usd_per_m_output_tokens"], p["price_usd_per_gpu_hour"] = cost_of(run, p, table)
+    return points
+
+
+#: select_related of the run page: its telemetry and log rows without their data (gpu_series).
+RUN_PAGE_RELATED = ("sweep", "host", "metrics", "result_file", "gpu_telemetry", "request_logs")
+RUN_PAGE_DEFERRED = ("gpu_telemetry__data", "request_logs__data")
+#: At most this many points per trace of the run page's GPU figure.
+GPU_SERIES_MAX_POINTS = 2000
+
+
+def gpu_series(run: Run, max_points: int = GPU_SERIES_MAX_POINTS) -> dict[str, Any] | None:
+    """The run's GPU telemetry for the run page's figure, or None when none was stored.
+
+    {"t_s": [seconds from the window start per point (the warmup at negative x)], "window_s":
+    window length (s; None without request logs), "hz", "n_ticks", "bin_ticks" (readings per
+    point), "gpus": [{"index", "uuid", "name", "power_w", "sm_mhz", "util_pct" (one value per
+    point, None where no reading), "throttled" (a throttle bit, gpu_validity.THROTTLE_BITS, in
+    any reading of the point)}]}. With more than `max_points` ticks, consecutive readings are
+    averaged in bins of ceil(n_ticks / max_points) ticks. Load the run with
+    `RUN_PAGE_RELATED` (select_related, the blobs' data deferred): then a run without telemetry
+    costs no query and one with telemetry one (its stream)."""
+    from benchkit.measure.gpu_samples import decode_telemetry
+    from benchkit.measure.gpu_validity import THROTTLE_BITS
+
+    tele = getattr(run, "gpu_telemetry", None)  # RelatedObjectDoesNotExist is an AttributeError
+    if tele is None:
+        return None
+    stream = decode_telemetry(bytes(tele.data))
+    logs = getattr(run, "request_logs", None)
+    window = (logs.window_start_ns, logs.window_end_ns) if logs is not None else None
+    start_ns = window[0] if window else (stream.t_ns[0] if stream.t_ns else 0)
+    n = stream.n_ticks
+    size = max(1, -(-n // max_points))
+    bins = [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+    def mean(col: list, scale: float = 1.0) -> list[float | None]:
+        out = []
+        for b in bins:
+            vals = [col[i] for i in b if col[i] is not None]
+            out.append(round(sum(vals) / len(vals) / scale, 3) if vals else None)
+        return out
+
+    gpus = []
+    for g in stream.gpus:
+        events = g.values["clock_events"]
+        gpus.append({"index": g.index, "uuid": g.uuid, "name": g.name,
+                     "power_w": mean(g.values["power_mw"], 1000.0), "sm_mhz": mean(g.values["sm_mhz"]),
+                     "util_pct": mean(g.values["util_gpu_pct"]),
+                     "throttled": [any((events[i] or 0) & THROTTLE_BITS for i in b) for b in bins]})
+    return {"t_s": [round((sum(stream.t_ns[i] for i in b) / len(b) - start_ns) / 1e9, 4) for b in bins],
+            "window_s": (window[1] - window[0]) / 1e9 if window else None, "hz": stream.hz, "n_ticks": n,
+            "bin_ticks": size, "gpus": gpus}
+
+
 def window_of(m: RunMetrics) -> WindowMetrics:
     """The stored row as benchkit's WindowMetrics (every schema column, NULL as None)."""
     return WindowMetrics(**{f.name: getattr(m, f.name) for f in METRIC_FIELDS})
@@ -163,7 +275,8 @@ def point_from_run(run: Any) -> dict[str, Any]:
     return {
         "run_id": run.pk,
         "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
-        "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []), "tp": run.tp,
+        "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []),
+        "gpu_names": tuple(g.get("name", "") for g in run.gpus or []), "tp": run.tp,
         "dataset": run.dataset, "input_len": run.input_len, "output_len": run.output_len,
         "concurrency": run.concurrency, "request_rate": run.request_rate, "temperature": run.temperature,
         "seed": run.seed, "method": run.method, "num_speculative_tokens": run.num_speculative_tokens,

@@ -220,6 +220,8 @@ def compute_run_metrics(
         max_output_tokens_per_s=float(max(buckets.values())) if buckets else 0.0,
         request_goodput_req_s=rate(sum(1 for _, rm in done if meets_slo(rm, slo))) if slo else None,
         mean_tokens_per_chunk=float(np.mean(chunks)) if chunks else None,
+        mean_decode_tokens_per_chunk=mean_decode_tokens_per_chunk(logs),
+        coalesced_share=coalesced_share(logs),
         **stats,
     )
 

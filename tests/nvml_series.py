@@ -155,3 +155,39 @@ def failing(reason: str) -> SeriesNvml:
     """A stand-in whose `nvmlInit` raises `reason` (an NVML that does not start)."""
     empty = TelemetryStream(hz=10.0, t_ns=[0], query_ns=[0])
     return SeriesNvml(empty, init_error=reason)
+
+
+class SwitchedNvml(SeriesNvml):
+    """A stand-in whose answer is switched by a file rather than by time: while `flag` exists it
+    answers from the stream's LAST tick, otherwise from its first (e.g. tick 0 loaded, tick 1
+    throttled), so a test can set a reading at a known point of a run (say, after its third
+    measured request). The energy counter is not read from the stream: it integrates the power
+    the stand-in reports (mJ += mW x elapsed s at each read, per GPU, from the stream's first
+    value), so counter and power readings agree as on a real GPU."""
+
+    def __init__(self, stream: TelemetryStream | dict, flag: str, **kw: Any):
+        super().__init__(stream, **kw)
+        self.flag = Path(flag)
+        self._energy: dict[int, tuple[int, float]] = {}
+
+    @classmethod
+    def from_arg(cls, arg: str) -> SwitchedNvml:
+        """`arg` = "<stream JSON path>::<flag file path>" (the child process's --nvml-arg)."""
+        path, _, flag = arg.partition("::")
+        return cls(json.loads(Path(path).read_text()), flag)
+
+    def _row(self) -> int:
+        if self._t0 is None:
+            raise SeriesError("NVMLError_Uninitialized(1)")
+        return len(self.stream.t_ns) - 1 if self.flag.exists() else 0
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+        self.calls["energy"] = self.calls.get("energy", 0) + 1
+        now = time.perf_counter_ns()
+        power_mw = self._value(h, "power_mw", "power")
+        if h not in self._energy:
+            self._energy[h] = (now, float(self.stream.gpus[h].values["energy_mj"][0] or 0))
+        t, e = self._energy[h]
+        e += power_mw * (now - t) / 1e9
+        self._energy[h] = (now, e)
+        return int(e)

@@ -85,3 +85,34 @@ def test_users_grid_sweep_page_reads_right(live_server, users_grid, chromium_pat
         assert "b15 · TP1 · concurrency 1" in page.locator("h1").inner_text()
         browser.close()
     assert errors == []
+
+
+def test_throughput_figure_y_axis_switch_redraws_in_the_browser(live_server, users_grid, chromium_path):
+    """Issue 12: the TP-scaling figure's y-axis selector draws each figure of data.json's
+    "throughput_y": the users' grid stores no GPU telemetry or per-GPU figures, so "J per output
+    token" says why it draws nothing; back to output tok/s, the lines are there again."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/sweeps/{users_grid}/")
+        page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
+        options = page.eval_on_selector_all("#throughput-y option", "els => els.map(e => e.value)")
+        assert options == ["output_tok_s", "output_tok_s_per_gpu", "j_per_output_token", "usd_per_m_output_tokens"]
+        page.select_option("#throughput-y", "j_per_output_token")
+        page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
+        assert page.locator("#fig-tp_scaling.figure-empty").inner_text().startswith(
+            "No run in this selection has J per output token")
+        assert page.locator("#fig-tp_scaling .main-svg").count() == 0
+        page.select_option("#throughput-y", "output_tok_s")
+        page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
+        scaling = [t for t in page.evaluate(READ_SCALING) if t["meta"]["concurrency"] == 1]
+        assert len(scaling) == 6
+        assert page.locator("#fig-tp_scaling").evaluate("el => el.layout.yaxis.title.text").startswith(
+            "output tokens/s")
+        browser.close()
+    assert errors == []

@@ -228,8 +228,8 @@ def test_schema_metadata_units_vllm_keys_and_bounds():
     """Every field says its unit, label, vLLM key and bounds (issue 8); the ITL/ICL mapping of
     MEASUREMENT.md: vLLM's "itl" keys are draftboard's ICL, per-token ITL has no vLLM key."""
     for f in METRIC_FIELDS:
-        assert f.label and (f.unit or f.kind is bool), f.name
-        if f.kind is not bool:
+        assert f.label and (f.unit or f.kind in (bool, str)), f.name
+        if f.kind not in (bool, str):
             assert f.lo is not None and f.lo >= 0, f.name
     assert METRICS["median_icl_ms"].vllm_key == "median_itl_ms" and METRICS["median_itl_ms"].vllm_key is None
     assert METRICS["mean_tpot_ms"].unit == "ms/token" and METRICS["mean_icl_ms"].unit == "ms"

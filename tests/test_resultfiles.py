@@ -15,6 +15,7 @@ Expected values are read from the fixture JSON itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -289,7 +290,9 @@ def test_format1_export_still_imports(tmp_path):
     same logs as `real_window`, imports as the identical WindowMetrics."""
     [run] = load_result_file(DRAFTBOARD_FORMAT1)
     assert run.source_tool == TOOL_DRAFTBOARD and run.source_version == "export format 1"
-    assert run.metrics == real_window() and run.spec_source == "vllm"
+    # figures the schema gained later (runs 0010) are unknown in the old file, never guessed
+    later = {"mean_decode_tokens_per_chunk": None, "coalesced_share": None}
+    assert run.metrics == dataclasses.replace(real_window(), **later) and run.spec_source == "vllm"
     assert run.source_extra["draftboard_run"]["run_id"] == 7
     out = json.loads(DRAFTBOARD_FORMAT1.read_text())
     out["draftboard"]["metrics"]["a_later_key"] = 1.5

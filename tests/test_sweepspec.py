@@ -199,6 +199,8 @@ drafter: /d
             "prefix caching off",
         ),
         ("grid:\n  methods: [auto]\nlimits:\n  max_error_rate: 5\n", 9, "limits.max_error_rate", "fraction"),
+        ("grid:\n  methods: [auto]\nlimits:\n  telemetry_hz: 200\n", 9, "limits.telemetry_hz",
+         "GPU readings per second within 0.1..50"),
         (
             "grid:\n  methods: [auto]\n  concurrency: [1]\nworkload:\n  concurrency: 2\n",
             10,

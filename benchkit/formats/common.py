@@ -223,6 +223,8 @@ def metric_type(f: MetricField, scale: float = 1.0) -> Any:
         inner = Whole(int(lo or 0), int(hi) if hi is not None else BIGINT_MAX)
     elif f.kind is bool:
         inner = Annotated[bool, Strict()]
+    elif f.kind is str:
+        inner = Text(40)
     elif f.kind is list:
         inner = list[Number(lo, hi)]
     else:

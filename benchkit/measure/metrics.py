@@ -13,8 +13,10 @@ recomputed after a formula fix. Names and units:
   k tokens contributes k equal samples). vLLM `bench serve` calls the raw gap "ITL"; here that is
   ICL, reported beside it under its own name.
 - ICL (ms): the raw gaps between consecutive token-carrying messages.
-- tokens per chunk (tokens): tokens each token-carrying message carried; its mean is a
-  client-side estimate of acceptance length (tau).
+- tokens per chunk (tokens): tokens each token-carrying message carried. Its mean over the
+  messages AFTER each request's first one (`mean_decode_tokens_per_chunk`; the first message
+  holds the prefill token, no draft step) is the client-side estimate of acceptance length
+  (tau); coalesced arrivals (several steps in one read) bias it high.
 
 A request is *completed* when the server answered 2xx, the stream ended without error and it
 produced n >= 1 output tokens in at least one token-carrying message; everything else is
@@ -63,6 +65,13 @@ STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
 #: ICL; draftboard's per-token ITL has no `vllm bench serve` key (MEASUREMENT.md).
 _VLLM_LATENCY = {"ttft": "ttft", "tpot": "tpot", "icl": "itl", "e2el": "e2el"}
 
+#: A gap between two token-carrying messages below this (ms) means they reached the client in one
+#: read (or two reads back to back): a coalesced arrival (MEASUREMENT.md, "Coalesced arrivals").
+COALESCED_GAP_MS = 0.1
+#: Above this share of coalesced gaps, ITL / ICL medians mislead (they fall towards 0 while TPOT
+#: is normal); a page showing ITL should say so and point to TPOT.
+COALESCED_NOTE_SHARE = 0.2
+
 #: At most this many values per list in `distributions`.
 DISTRIBUTION_CAP = 5000
 
@@ -74,8 +83,10 @@ class MetricField:
     """What one `WindowMetrics` field means, read from its `dataclasses.field` metadata.
 
     `name`: the field (unit in the name). `kind`: the type of a present value (int, float, bool,
-    or list of floats); every field may also be None (unknown). `unit`, `label`: for display
-    (`header` joins them). `group`: requests, tokens, throughput, latency or spec_decode.
+    str, or list of floats); every field may also be None (unknown). `unit`, `label`: for display
+    (`header` joins them). `group`: requests, tokens, throughput, latency, arrivals, spec_decode,
+    efficiency (from the run's GPU telemetry, benchkit.measure.efficiency) or client (the load
+    client's own headroom, benchkit.measure.loadgen.ClientHeadroom).
     `vllm_key`: the key `vllm bench serve --save-result` writes the figure under
     (vllm/benchmarks/serve.py, the result dict of `benchmark()`), None where vLLM has none;
     `vllm_scale`: vLLM's value = draftboard's value x scale (100 for the acceptance rate, which
@@ -116,7 +127,7 @@ def _metric(kind: type, unit: str, label: str, group: str, vllm: str | None = No
             hi: float | None = None, vllm_scale: float = 1.0, summary: bool = False) -> Any:
     """A WindowMetrics field: default None (missing is unknown, never 0), its meaning as metadata."""
     return field(default=None, metadata=dict(kind=kind, unit=unit, label=label, group=group, vllm_key=vllm,
-                                             vllm_scale=vllm_scale, lo=None if kind is bool else lo, hi=hi,
+                                             vllm_scale=vllm_scale, lo=None if kind in (bool, str) else lo, hi=hi,
                                              summary=summary))
 
 
@@ -141,7 +152,12 @@ class WindowMetrics:
     `output_throughput_tok_s`, `total_token_throughput_tok_s` (input + output),
     `max_output_tokens_per_s` (peak of per-second buckets, token-weighted),
     `request_goodput_req_s` (completed requests meeting every SLO per second; None without an
-    SLO), `mean_tokens_per_chunk` (client-side estimate of tau). Latency statistics
+    SLO), `mean_tokens_per_chunk` (tokens per token-carrying message, every message: MEASUREMENT.md's
+    plain figure), `mean_decode_tokens_per_chunk` (the client-side estimate of tau: the same
+    mean leaving out each request's FIRST message, the prefill token; see
+    `mean_decode_tokens_per_chunk`). Arrivals: `coalesced_share` (share of ICL gaps below
+    COALESCED_GAP_MS, 0..1; above COALESCED_NOTE_SHARE the ITL / ICL medians mislead, read
+    TPOT). Latency statistics
     `{mean,median,std,p90,p95,p99}_{ttft,tpot,itl,icl,e2el}_ms` (ms; ms/token for TPOT and
     ITL): TTFT, TPOT and E2EL request-weighted, ITL token-weighted, ICL chunk-weighted; None
     without samples. Speculative decoding, from the server's counters over the window (None
@@ -149,6 +165,14 @@ class WindowMetrics:
     `acceptance_rate` (d accepted / d draft tokens, a fraction), `spec_num_drafts`,
     `spec_num_draft_tokens`, `spec_num_accepted_tokens` (deltas), and
     `per_position_acceptance_rate` (d accepted at position k / d drafts, fractions).
+    Efficiency (from the run's GPU telemetry over the window, OUTPUT tokens only,
+    benchkit.measure.efficiency; None without telemetry): `output_tok_s_per_gpu` (tok/s),
+    `mean_power_w_per_gpu`, `peak_power_w_per_gpu` (W), `energy_j` (J, all the run's GPUs),
+    `energy_per_output_token_j` (J/token), `output_tok_s_per_kw` (tok/s/kW), `energy_source`
+    (`counter`, `integrated_power` or `mixed`). No cost: it depends on a price that can change,
+    so it is computed when read. Client (benchkit.measure.loadgen.ClientHeadroom over the
+    window): `client_processes`, `client_max_core_share` (the busiest client process's CPU
+    share of one core), `client_loop_lag_p99_ms`, `client_loop_lag_max_ms` (worst process, ms).
     Each field's unit, label, vLLM key and bounds: `METRIC_FIELDS`.
     """
 
@@ -169,6 +193,9 @@ class WindowMetrics:
                                                     "max_output_tokens_per_s")
     request_goodput_req_s: float | None = _metric(float, "req/s", "goodput", "throughput", "request_goodput")
     mean_tokens_per_chunk: float | None = _metric(float, "tokens", "mean tokens per chunk", "tokens")
+    mean_decode_tokens_per_chunk: float | None = _metric(float, "tokens", "tau estimate (tokens per chunk, "
+                                                         "first chunk left out)", "tokens")
+    coalesced_share: float | None = _metric(float, "fraction", "coalesced arrivals", "arrivals", hi=1.0)
     mean_ttft_ms: float | None = _latency("mean", "ttft")
     median_ttft_ms: float | None = _latency("median", "ttft")
     std_ttft_ms: float | None = _latency("std", "ttft")
@@ -211,6 +238,18 @@ class WindowMetrics:
     per_position_acceptance_rate: list[float] | None = _metric(
         list, "fraction", "per-position acceptance rate", "spec_decode",
         "spec_decode_per_position_acceptance_rates", hi=1.0)
+    output_tok_s_per_gpu: float | None = _metric(float, "tok/s/GPU", "output throughput per GPU", "efficiency")
+    mean_power_w_per_gpu: float | None = _metric(float, "W", "mean power per GPU", "efficiency")
+    peak_power_w_per_gpu: float | None = _metric(float, "W", "peak power per GPU", "efficiency")
+    energy_j: float | None = _metric(float, "J", "GPU energy", "efficiency")
+    energy_per_output_token_j: float | None = _metric(float, "J/token", "energy per output token", "efficiency")
+    output_tok_s_per_kw: float | None = _metric(float, "tok/s/kW", "output tok/s per kW", "efficiency")
+    energy_source: str | None = _metric(str, "", "energy source", "efficiency")
+    client_processes: int | None = _metric(int, "processes", "client processes", "client")
+    client_max_core_share: float | None = _metric(float, "fraction of one core", "client CPU (busiest process)",
+                                                  "client")
+    client_loop_lag_p99_ms: float | None = _metric(float, "ms", "client event-loop lag p99", "client")
+    client_loop_lag_max_ms: float | None = _metric(float, "ms", "client event-loop lag max", "client")
 
     def to_dict(self) -> dict[str, Any]:
         """{field name: value}, every field, in field order (None where unknown)."""
@@ -230,6 +269,29 @@ class WindowMetrics:
         (keys named as the fields, e.g. `benchkit.measure.counters.SpecDecodeMetrics.to_flat()`;
         other keys are ignored, absent ones become None)."""
         return replace(self, **{f.name: figures.get(f.name) for f in METRIC_FIELDS if f.group == "spec_decode"})
+
+    def with_group(self, group: str, figures: Mapping[str, Any]) -> WindowMetrics:
+        """A copy whose fields of `group` (e.g. `efficiency`: keys as
+        `benchkit.measure.efficiency.EfficiencyFigures.to_flat()`) are taken from `figures`;
+        other keys are ignored, absent ones become None. Raises ValueError for an unknown group."""
+        names = [f.name for f in METRIC_FIELDS if f.group == group]
+        if not names:
+            raise ValueError(f"no WindowMetrics field is in group {group!r}")
+        return replace(self, **{n: figures.get(n) for n in names})
+
+    def with_client(self, headroom: Mapping[str, Any] | None) -> WindowMetrics:
+        """A copy with the client fields from a `benchkit.measure.loadgen.ClientHeadroom` as a
+        dict (`dataclasses.asdict`: processes, max_core_share, loop_lag_p99_ms, loop_lag_max_ms);
+        None or {} -> the client fields None (an imported run, a run without measured requests)."""
+        h = headroom or {}
+        return self.with_group("client", {"client_processes": h.get("processes"),
+                                          "client_max_core_share": h.get("max_core_share"),
+                                          "client_loop_lag_p99_ms": h.get("loop_lag_p99_ms"),
+                                          "client_loop_lag_max_ms": h.get("loop_lag_max_ms")})
+
+    def group_values(self, group: str) -> dict[str, Any]:
+        """{field: value} of the fields of `group`."""
+        return {f.name: getattr(self, f.name) for f in METRIC_FIELDS if f.group == group}
 
     @property
     def has_spec_decode(self) -> bool:
@@ -476,6 +538,8 @@ def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, wi
     else:
         peak = 0.0
     chunks = r.msg_tok[done_msgs]
+    decode_chunks = r.msg_tok[done_msgs & ~r.first]
+    gaps = r.gap_ms[done_msgs & ~r.first]
     samples = {
         "ttft": r.ttft_ms[done],
         "tpot": r.tpot_ms[done & ~np.isnan(r.tpot_ms)],
@@ -499,6 +563,8 @@ def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, wi
         max_output_tokens_per_s=peak,
         request_goodput_req_s=rate(_n_meeting_slo(r, done, slo)) if slo else None,
         mean_tokens_per_chunk=float(np.mean(chunks)) if chunks.size else None,
+        mean_decode_tokens_per_chunk=int(decode_chunks.sum()) / decode_chunks.size if decode_chunks.size else None,
+        coalesced_share=int((gaps < COALESCED_GAP_MS).sum()) / gaps.size if gaps.size else None,
         **stats,
     )
     if cap is None:
@@ -566,12 +632,6 @@ def measure_encoded_batch(items: list[tuple[bytes, int, int, dict[str, float] | 
     return [measure_encoded(data, start, end, slo, cap) for data, start, end, slo in items]
 
 
-#: A gap between two token-carrying messages below this (ms) means they reached the client in one
-#: read (or two reads back to back): a coalesced arrival (MEASUREMENT.md, "Coalesced arrivals").
-COALESCED_GAP_MS = 0.1
-#: Above this share of coalesced gaps, ITL / ICL medians mislead (they fall towards 0 while TPOT
-#: is normal); a page showing ITL should say so and point to TPOT.
-COALESCED_NOTE_SHARE = 0.2
 
 
 def coalesced_share(logs: list[RequestLog] | LogColumns, gap_ms: float = COALESCED_GAP_MS) -> float | None:

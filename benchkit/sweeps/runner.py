@@ -6,9 +6,13 @@ drafter paths, the build's own environment and its provenance, a real CUDA init 
 process and the device nodes, idle GPUs, free ports) -> start the server in its own process
 group (argv list, through the build's interpreter or launcher, benchkit.engines.environment;
 an external endpoint is only checked) -> wait for readiness with a timeout -> for each run:
-warmup -> read the Prometheus counters -> measured window -> read the counters again -> then
+GPU telemetry sampler started (benchkit.hosts.telemetry, a child process; runs with GPUs only) ->
+warmup -> read the Prometheus counters -> measured window -> sampler stopped -> read the counters
+again -> then
 stop what the launch started (a container through its runtime, then the whole process group)
-and check the GPUs are free -> compute metrics and validity per run.
+and check the GPUs are free -> compute metrics, GPU efficiency figures and validity per run
+(benchkit.measure.gpu_window; a GPU verdict marks the run suspect). A telemetry failure never
+fails a run: the outcome's `telemetry_note` says why there is no stream.
 
 `execute_runs` takes several runs whose server configuration is identical (`RunSpec.server_key()`):
 they differ only in workload (concurrency, lengths, request rate, repeat), so MEASUREMENT.md
@@ -39,7 +43,9 @@ from benchkit.engines import adapters, environment
 from benchkit.engines.server import ManagedServer, ServerStartError, wait_for_urls
 from benchkit.hosts import preflight
 from benchkit.hosts.teardown import SERVER_TAG_ENV
-from benchkit.measure import counters, loadgen, metrics, validity, workloads
+from benchkit.hosts.telemetry import TelemetryError, TelemetrySampler
+from benchkit.measure import counters, gpu_window, loadgen, metrics, validity, workloads
+from benchkit.measure.gpu_samples import TelemetryStream
 from benchkit.measure.logs import RequestLog
 from benchkit.measure.metrics import WindowMetrics
 from benchkit.methods import METHODS
@@ -93,7 +99,16 @@ class RunOutcome:
     figures out of bounds: then a suspect mark says so); `spec_source` names the counters those
     came from (`vllm`, `sglang`; empty without drafts); `distributions` the run page's samples.
     `client_headroom`: the load client's CPU and event-loop lag over the window
-    (`dataclasses.asdict` of benchkit.measure.loadgen.ClientHeadroom).
+    (`dataclasses.asdict` of benchkit.measure.loadgen.ClientHeadroom); its figures are also in
+    `metrics` (group `client`).
+    GPU telemetry (issue 12): `telemetry` the run's NVML sample stream (from just before the
+    warmup to just after the window; also kept for a failed run), None without one, and then
+    `telemetry_note` says why (`no GPU telemetry: ...`); `idle_used_mib` the preflight's memory
+    reading per GPU UUID (MiB, the baseline of `gpu_unexplained_memory`); `efficiency`
+    (benchkit.measure.efficiency.EfficiencyFigures.to_dict(), price None: cost is priced when
+    read; its run-level figures are in `metrics`, group `efficiency`) and `gpu_check`
+    (benchkit.measure.gpu_validity.GpuWindowCheck.to_dict(), None without a stream), set for
+    runs whose window ended.
     """
 
     ok: bool
@@ -118,6 +133,11 @@ class RunOutcome:
     client_headroom: dict[str, Any] = field(default_factory=dict)
     port: int | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    telemetry: TelemetryStream | None = None
+    telemetry_note: str = ""
+    efficiency: dict[str, Any] | None = None
+    gpu_check: dict[str, Any] | None = None
+    idle_used_mib: dict[str, int] = field(default_factory=dict)
 
 
 def choose_port(adapter: adapters.EngineAdapter, attempts: int = 100) -> int:
@@ -249,6 +269,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     hooks[0].state("preflight")
     launch: environment.Launch | None = None
     provenance: dict[str, Any] = {}
+    idle_used_mib: dict[str, int] = {}
     try:
         adapter = adapters.adapter_for(s.engine)
         port: int | None = None
@@ -268,6 +289,9 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
                 result = check()
                 if name == "engine_env":
                     provenance = result
+                elif name == "gpus_idle" and isinstance(result, preflight.CheckResult):
+                    idle_used_mib = {u: int(r["used_mib"]) for u, r in result.data.items()
+                                     if isinstance(r, dict) and r.get("used_mib") is not None}
             launch.env[SERVER_TAG_ENV] = server_tag or uuid.uuid4().hex  # names the server's processes
             launch.write_env_file()
             argv, env = launch.argv, launch.env
@@ -284,6 +308,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
         out.engine_version = provenance.get("version") or ""
         out.engine_commit = provenance.get("git_commit") or ""
         out.argv, out.env = argv, env
+        out.idle_used_mib = dict(idle_used_mib)
         out.timings_s["preflight"] = time.monotonic() - t0
 
     readings: list[dict[str, Any]] = [{} for _ in specs]
@@ -308,7 +333,8 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
                 hook.state("preflight", note="shares the server of the run before it")
                 hook.state("starting", note="server already running")
                 _reset_prefix_cache(adapter, base_url)
-            _measure(spec, hook, out, readings[i], adapter, base_url, server)
+            _measure(spec, hook, out, readings[i], adapter, base_url, server,
+                     telemetry_path=workdir / f"telemetry-{i}.bin")
             if out.reason:
                 break
             hook.state("stopping")
@@ -360,12 +386,67 @@ def _reset_prefix_cache(adapter: adapters.EngineAdapter, base_url: str) -> None:
             f"{url} answered HTTP {response.status_code} (vLLM needs VLLM_SERVER_DEV_MODE=1)")
 
 
+def telemetry_sampler(spec: RunSpec, path: Path, group_pgid: int | None) -> TelemetrySampler:
+    """The sampler of one run's GPUs (TelemetrySampler in a child process, at
+    `spec.limits.telemetry_hz`, bounded by `spec.limits.run_timeout_s`), writing its raw stream
+    to `path`. Tests replace this function to sample a stand-in NVML
+    (tests/nvml_series.py). Raises ValueError for a rate outside telemetry.MIN_HZ..MAX_HZ."""
+    return TelemetrySampler([g.uuid for g in spec.gpus], path, hz=spec.limits.telemetry_hz, group_pgid=group_pgid,
+                            max_duration_s=spec.limits.run_timeout_s)
+
+
+def _start_telemetry(spec: RunSpec, out: RunOutcome, path: Path | None,
+                     server: ManagedServer | None) -> TelemetrySampler | None:
+    """Start sampling the run's GPUs (before the warmup, so it is sampled too); None, with
+    `out.telemetry_note` saying why, when the run has no GPUs or the sampler cannot start."""
+    if not spec.gpus:
+        out.telemetry_note = gpu_window.NO_GPUS_NOTE
+        return None
+    if path is None:
+        out.telemetry_note = "no GPU telemetry: no work folder for the raw stream"
+        return None
+    sampler = None
+    try:
+        sampler = telemetry_sampler(spec, path, server.pgid if server is not None else None)
+        sampler.start()
+        return sampler
+    except (TelemetryError, ValueError, OSError, RuntimeError) as exc:
+        if sampler is not None:
+            sampler.kill()
+        out.telemetry_note = f"no GPU telemetry: {exc}"
+        return None
+
+
+def _end_telemetry(sampler: TelemetrySampler | None, out: RunOutcome, graceful: bool = True,
+                   timeout_s: float = 60.0) -> None:
+    """Stop the sampler and keep its stream in `out.telemetry` (a failure, or no answer within
+    `timeout_s`, goes to `out.telemetry_note` and never fails the run); `graceful` False (an
+    interrupt): kill it, no stream."""
+    if sampler is None:
+        return
+    if not graceful:
+        sampler.kill()
+        out.telemetry_note = "no GPU telemetry: the run was interrupted, the sampler was killed"
+        return
+    try:
+        out.telemetry = sampler.stop(timeout_s=timeout_s)
+    except TelemetryError as exc:
+        out.telemetry_note = f"no GPU telemetry: {exc}"
+    except BaseException:
+        sampler.kill()
+        raise
+
+
 def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str, Any],
-             adapter: adapters.EngineAdapter, base_url: str, server: ManagedServer | None) -> None:
-    """Warmup, counters, measured window, counters: fills `out.logs` and the window, or sets
-    `out.reason` when the server died during it."""
+             adapter: adapters.EngineAdapter, base_url: str, server: ManagedServer | None,
+             telemetry_path: Path | None = None) -> None:
+    """Telemetry on, warmup, counters, measured window, telemetry off, counters: fills
+    `out.logs`, the window and `out.telemetry` (or `out.telemetry_note`), or sets `out.reason`
+    when the server died during it. One telemetry stream per run, also on a shared server (the
+    server's idle time between runs is not sampled)."""
     s, w = spec.server, spec.workload
     metrics_url = adapter.metrics_url(base_url)
+    sampler = _start_telemetry(spec, out, telemetry_path, server)
     hooks.state("warming")
 
     def on_window_start() -> None:
@@ -380,10 +461,18 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
             on_window_start=on_window_start,
         )
     except (httpx.HTTPError, workloads.WorkloadError) as exc:  # building prompts needs the server's tokenizer
+        _end_telemetry(sampler, out)
         dead = server is not None and not server.alive()
         out.reason = "server_died" if dead else "workload_error"
         out.message = f"could not build the prompts against {base_url}: {type(exc).__name__}: {exc}"
         return
+    except Exception:  # a counter scrape, a task's soft time limit, a bug: keep the stream for audit, briefly
+        _end_telemetry(sampler, out, timeout_s=10.0)
+        raise
+    except BaseException:  # the task's time limit, an interrupt: no waiting for the sampler
+        _end_telemetry(sampler, out, graceful=False)
+        raise
+    _end_telemetry(sampler, out)
     out.logs = result.logs
     out.window_start_ns, out.window_end_ns = result.window_start_ns, result.window_end_ns
     if result.client is not None:
@@ -413,6 +502,13 @@ def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], 
 def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutcome:
     w = spec.workload
     window = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
+    window = window.with_client(out.client_headroom)
+    gw = gpu_window.gpu_window(out.telemetry, out.window_start_ns, out.window_end_ns,
+                               output_tokens=window.total_output_tokens or 0,
+                               gpu_uuids=[g.uuid for g in spec.gpus], idle_used_mib=out.idle_used_mib,
+                               note=out.telemetry_note)
+    window = window.with_group("efficiency", gw.flat)
+    out.efficiency, out.gpu_check = gw.efficiency, gw.gpu_check
     out.metrics = window
     out.distributions = metrics.distributions(out.logs or [])
     s, counter_error = spec.server, None
@@ -427,7 +523,8 @@ def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutc
         out.spec_source = sd.source
     marks = validity.check_run(out.logs or [], window, ignore_eos=w.ignore_eos,
                                max_error_rate=spec.limits.max_error_rate, teardown=out.teardown,
-                               counter_error=counter_error, client=out.client_headroom or None)
+                               counter_error=counter_error, client=out.client_headroom or None,
+                               suspect_messages=gw.suspect_messages)
     out.suspect_reasons = [v.message for v in marks if not v.is_failure]
     violations = validity.failures(marks)
     out.violations = [(v.code, v.message) for v in violations]

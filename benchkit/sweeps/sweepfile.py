@@ -26,7 +26,8 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     workload: {dataset, dataset_path, num_prompts, request_rate, burstiness, ignore_eos,
                temperature, seed, warmup_requests}   # plus input_len/output_len/concurrency
                                                       # when the grid does not list them
-    limits: {ready_timeout_s, request_timeout_s, run_timeout_s, stop_timeout_s, max_error_rate}
+    limits: {ready_timeout_s, request_timeout_s, run_timeout_s, stop_timeout_s, max_error_rate,
+             telemetry_hz (GPU readings per second, 0.1..50, default 10)}
     slo: {ttft_ms: 500, tpot_ms: 50} # goodput bounds, ms
     repeats: 1
     gpus: {4: [4, 5, 6, 7]}          # NVML indices pinned per TP degree; others are planned
@@ -67,6 +68,7 @@ from benchkit.configfile import (
 from benchkit.engines.adapters import EngineConfigError, adapter_for
 from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
+from benchkit.hosts import telemetry
 from benchkit.hosts.allocation import Allocation, plan_sweep_gpus
 from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
@@ -196,12 +198,21 @@ class LimitsSection(StrictModel):
     run_timeout_s: PositiveFloat = _LIMITS.run_timeout_s
     stop_timeout_s: PositiveFloat = _LIMITS.stop_timeout_s
     max_error_rate: PositiveFloat = _LIMITS.max_error_rate
+    telemetry_hz: PositiveFloat = _LIMITS.telemetry_hz
 
     @field_validator("max_error_rate")
     @classmethod
     def _fraction(cls, value: float) -> float:
         if value > 1:
             raise ValueError(f"is a fraction in (0, 1], got {value:g}")
+        return value
+
+    @field_validator("telemetry_hz")
+    @classmethod
+    def _rate(cls, value: float) -> float:
+        if not telemetry.MIN_HZ <= value <= telemetry.MAX_HZ:
+            raise ValueError(f"is GPU readings per second within {telemetry.MIN_HZ:g}..{telemetry.MAX_HZ:g}, "
+                             f"got {value:g}")
         return value
 
 

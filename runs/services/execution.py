@@ -18,10 +18,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 
+from benchkit.measure.gpu_samples import encode_telemetry
 from benchkit.measure.logs import encode_logs
 from benchkit.specs import RunSpec
 from benchkit.sweeps.runner import RunOutcome, execute_runs
-from runs.models import ACTIVE_STATES, Host, RequestLogBlob, Run, RunState
+from runs.models import ACTIVE_STATES, GpuTelemetryBlob, Host, RequestLogBlob, Run, RunState
 from runs.services import hosts, leases, regressions, supervision
 from runs.services.metrics_store import store_metrics
 from runs.services.transitions import IllegalTransition, record, transition
@@ -146,9 +147,11 @@ def fail_queued(run_id: int, reason: str, message: str) -> Run:
 def store_outcome(run: Run, outcome: RunOutcome) -> Run:
     """Write a finished run's outcome in one transaction and move it to succeeded or failed.
 
-    Metrics are stored only for a successful outcome; a failed one keeps its reason, message,
-    argv, log tail and raw request logs (for audit), never metrics. If the teardown left
-    processes behind, the host is quarantined.
+    Metrics are stored only for a successful outcome (with the efficiency figures, GPU verdicts
+    and client headroom beside them); a failed one keeps its reason, message, argv, log tail, raw
+    request logs and GPU telemetry stream (for audit), never metrics. The telemetry stream
+    (GpuTelemetryBlob) is written in the same transaction as the request logs. If the teardown
+    left processes behind, the host is quarantined.
     """
     common = dict(
         server_shared=outcome.server_shared,
@@ -174,9 +177,21 @@ def store_outcome(run: Run, outcome: RunOutcome) -> Run:
                     window_end_ns=outcome.window_end_ns,
                 ),
             )
+        if outcome.telemetry is not None:
+            GpuTelemetryBlob.objects.update_or_create(
+                run=run,
+                defaults=dict(
+                    data=encode_telemetry(outcome.telemetry),
+                    hz=outcome.telemetry.hz,
+                    n_ticks=outcome.telemetry.n_ticks,
+                    n_gpus=len(outcome.telemetry.gpus),
+                    idle_used_mib=outcome.idle_used_mib,
+                ),
+            )
         if outcome.ok:
             store_metrics(run, outcome.metrics, spec_source=outcome.spec_source,
-                          distributions=outcome.distributions)
+                          distributions=outcome.distributions, efficiency=outcome.efficiency,
+                          gpu_check=outcome.gpu_check, client_headroom=outcome.client_headroom)
             if run.state != RunState.STOPPING:
                 raise IllegalTransition(f"run {run.pk} succeeded while in state {run.state}")
             run = transition(run, RunState.SUCCEEDED, **common)

@@ -19,13 +19,18 @@ from runs.models import Run, RunMetrics
 
 def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = None,
                   distributions: dict[str, list[float]] | None = None, source_tool: str = TOOL_DRAFTBOARD,
-                  definitions: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> None:
+                  definitions: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
+                  efficiency: dict[str, Any] | None = None, gpu_check: dict[str, Any] | None = None,
+                  client_headroom: dict[str, Any] | None = None) -> None:
     """Create or overwrite `run`'s RunMetrics row from `window` (one row per run).
 
     `spec_source`: where the acceptance figures came from (the counters' engine, or the source
     tool's sentence); `distributions`: the run page's samples (benchkit.measure.metrics.distributions);
     `source_tool` and `definitions`: who computed the figures and how (imports); `extra`: a source
-    file's keys without a column (non-finite floats become null, JSON has no NaN). Call it inside
+    file's keys without a column (non-finite floats become null, JSON has no NaN); `efficiency`
+    (EfficiencyFigures.to_dict(), the per-GPU rows and notes behind the window's `efficiency`
+    fields), `gpu_check` (GpuWindowCheck.to_dict()) and `client_headroom` (ClientHeadroom as a
+    dict): the JSON beside the figures ({} when not given). Call it inside
     the caller's transaction when the row must change together with the run's state.
     """
     values = {
@@ -35,6 +40,9 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
         "source_tool": source_tool,
         "definitions": definitions or {},
         "extra": json_safe(extra or {}),
+        "efficiency": json_safe(efficiency or {}),
+        "gpu_check": json_safe(gpu_check or {}),
+        "client_headroom": json_safe(client_headroom or {}),
         "computed_at": timezone.now(),
     }
     # One UPDATE when the row exists (recompute: no read of the old row and its samples first);

@@ -32,6 +32,39 @@
     input.addEventListener("change", function () { input.form.submit(); });
   });
 
+  function draw(el, fig) {
+    label(el, fig);
+    el.classList.remove("figure-empty");
+    if (window.Plotly && el.data) { Plotly.purge(el); }
+    if (fig.empty) { showEmpty(el, fig); return Promise.resolve(); }
+    el.textContent = "";
+    return Plotly.newPlot(el, fig.data, fig.layout, {responsive: true, displaylogo: false})
+      .then(function () { linkRuns(el); });
+  }
+
+  // The throughput figure's y-axis switch (output tok/s, per GPU, J per output token, USD per
+  // million output tokens): each choice is a figure of data.json's "throughput_y".
+  function ySwitch(payload) {
+    var ty = payload.throughput_y, el = document.getElementById("fig-tp_scaling");
+    if (!ty || !el) { return; }
+    var box = el.parentElement, wrap = document.createElement("p"), sel = document.createElement("select");
+    wrap.className = "y-switch";
+    wrap.appendChild(document.createTextNode("y-axis: "));
+    sel.id = "throughput-y";
+    ty.options.forEach(function (o) {
+      var opt = document.createElement("option");
+      opt.value = o.key;
+      opt.textContent = o.label;
+      sel.appendChild(opt);
+    });
+    sel.addEventListener("change", function () {
+      root.dataset.state = "loading";
+      draw(el, ty.figures[sel.value]).then(function () { root.dataset.state = "ready"; });
+    });
+    wrap.appendChild(sel);
+    box.insertBefore(wrap, el);
+  }
+
   fetch(root.dataset.url, {headers: {"Accept": "application/json"}})
     .then(function (r) {
       if (!r.ok) { throw new Error("chart data: HTTP " + r.status); }
@@ -49,6 +82,7 @@
         pending.push(Plotly.newPlot(el, fig.data, fig.layout, {responsive: true, displaylogo: false})
           .then(function () { linkRuns(el); }));
       });
+      ySwitch(payload);
       return Promise.all(pending);
     })
     .then(function () { root.dataset.state = "ready"; })
