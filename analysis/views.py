@@ -67,8 +67,8 @@ RUNS_PER_PAGE = 100
 
 
 def sweep_runs(request: HttpRequest, pk: int) -> HttpResponse:
-    """Every run of a sweep, paginated (RUNS_PER_PAGE), narrowed by the sweep page's filters and
-    `state`; each row links to its run page."""
+    """Every run of a sweep, paginated (RUNS_PER_PAGE), narrowed by the sweep page's filters (host
+    included) and `state`; each row shows its host and links to its run page."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
     try:
         selection = parse_selection(request.GET)
@@ -80,14 +80,15 @@ def sweep_runs(request: HttpRequest, pk: int) -> HttpResponse:
                                       content_type="text/plain; charset=utf-8")
     qs = selectors.run_list(pk, figures.POINT_METRICS, state=state, tp=selection.tp,
                             concurrency=selection.concurrency, output_len=selection.output_len,
-                            methods=selection.names, configs=selection.configs)
+                            methods=selection.names, configs=selection.configs, host=selection.host)
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = selection.query()
     if state:
         query = (query + "&" if query else "?") + f"state={state}"
     return render(request, "analysis/sweep_runs.html", {
         "sweep": sweep, "page": page, "rows": [dashboard.run_row(r) for r in page.object_list],
-        "headers": dashboard.RUN_LIST_HEADERS, "query": query, "state": state, "selection": selection})
+        "headers": dashboard.RUN_LIST_HEADERS, "query": query, "state": state, "selection": selection,
+        "hosts": [(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)]})
 
 
 def sweep_progress(request: HttpRequest, pk: int) -> JsonResponse:

@@ -196,8 +196,9 @@ class SweepAdmin(admin.ModelAdmin):
         status = 200
         if request.method == "POST" and form.is_valid():
             try:
-                sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
-                                            enqueue=form.cleaned_data["enqueue"], user=request.user)
+                chosen = list(form.cleaned_data["host"] or [])
+                sweep = sweeps.create_sweep(form.cleaned_data["grid"], chosen[0] if chosen else None, source="admin",
+                                            enqueue=form.cleaned_data["enqueue"], user=request.user, hosts=chosen)
             except policy.OverrideNotAllowed as exc:
                 for problem in exc.problems:
                     form.add_error("grid", f"not allowed: {problem} (a superuser may set it)")

@@ -199,8 +199,8 @@ class Run(models.Model):
     """One benchmark point: one server configuration under one workload, executed once.
 
     `spec` holds the full benchkit.specs.RunSpec; the columns beside it copy what the dashboard
-    filters and groups on. Unique on (sweep, point_key): re-running a point overwrites nothing
-    and never duplicates it.
+    filters and groups on. Unique on (sweep, host, point_key): re-running a point overwrites nothing
+    and never duplicates it; a sweep on several hosts has each point once per host.
     """
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="runs")
@@ -275,7 +275,8 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["sweep", "id"]
-        constraints = [models.UniqueConstraint(fields=["sweep", "point_key"], name="run_unique_point_per_sweep")]
+        constraints = [models.UniqueConstraint(fields=["sweep", "host", "point_key"],
+                                               name="run_unique_point_per_host_per_sweep")]
         indexes = [
             # charts: succeeded runs of a sweep
             models.Index(fields=["sweep", "state"], name="run_sweep_state"),

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from benchkit.formats.common import Text, metrics_model
 from benchkit.formats.limits import TEXT_LIMITS
+from benchkit.hosts import HOST_NAME_PATTERN
 from benchkit.measure.logs import RequestLog, decode_logs
 from benchkit.specs import RunSpec
 
@@ -91,7 +92,7 @@ class BundleManifest(_Strict):
     format: Literal["draftboard-bundle"] = BUNDLE_FORMAT
     format_version: Literal[1] = BUNDLE_FORMAT_VERSION
     bundle_id: UUID
-    host: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    host: str = Field(pattern=HOST_NAME_PATTERN)
     created_at: datetime
     sweep_name: str = Field(min_length=1, max_length=200)
     sweep_file: str = Field(max_length=500)
