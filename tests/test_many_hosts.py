@@ -140,3 +140,11 @@ def test_the_run_list_shows_each_runs_host_and_filters_by_host(client, tmp_path,
     only_b = client.get(url + "?host=gpu-b").content.decode()
     assert only_b.count(">gpu-b</a></td>") == 8 and ">gpu-a</a></td>" not in only_b
     assert client.get(url + "?host=bad%20name").status_code == 400
+
+
+def test_a_dry_run_plans_each_host_of_the_file_on_its_own_inventory(tmp_path, two_hosts):
+    out = io.StringIO()
+    call_command("start_sweep", str(_write(tmp_path, grid("hosts: [gpu-a, gpu-b]"))), "--dry-run", stdout=out)
+    text = out.getvalue()
+    assert "GPU-gpu-a-0" in text and "GPU-gpu-b-0" in text
+    assert not Run.objects.exists()
