@@ -37,7 +37,8 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A sweep organised by its grid's dimensions: the headline (fastest configuration per TP
     and concurrency), filters in the URL query, four figures (read by the page's script from
     `sweep_data` with the same query) and a per-configuration run table; every run is listed,
-    paginated, at `sweep_runs`. Loads only the columns the figures need."""
+    paginated, at `sweep_runs`. A sweep on several hosts names each, with a link to its runs
+    only. Loads only the columns the figures need."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
     got = _selection_or_400(request, pk)
     if isinstance(got, HttpResponse):
@@ -46,7 +47,9 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
-    ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk))
+    ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
+               hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
+               all_hosts_query=selection.query(host=()))
     return render(request, "analysis/sweep_detail.html", ctx)
 
 

@@ -17,6 +17,7 @@ from runs.models import Host, Run, RunTransition
 from runs.services.dispatch import EXECUTE_RUNS_TASK
 from runs.services.hosts import record_inventory
 from runs.services.sweeps import create_sweep_from_file
+from tests.factories import finish_run
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +149,23 @@ def test_a_dry_run_plans_each_host_of_the_file_on_its_own_inventory(tmp_path, tw
     text = out.getvalue()
     assert "GPU-gpu-a-0" in text and "GPU-gpu-b-0" in text
     assert not Run.objects.exists()
+
+
+def test_the_sweep_page_names_each_host_and_its_figures_filter_by_host(client, tmp_path, two_hosts):
+    sweep = create_sweep_from_file(_write(tmp_path, grid("hosts: [gpu-a, gpu-b]")), enqueue=False)
+    page = client.get(reverse("analysis:sweep_detail", args=[sweep.pk])).content.decode()
+    assert 'href="?host=gpu-a">only its runs' in page and 'href="?host=gpu-b">only its runs' in page
+    for run in Run.objects.filter(sweep=sweep):
+        finish_run(run)
+    b_runs = set(Run.objects.filter(sweep=sweep, host__name="gpu-b").values_list("pk", flat=True))
+    url = reverse("analysis:sweep_data", args=[sweep.pk])
+
+    def run_ids(query: str) -> tuple[set[int], dict]:
+        data = client.get(url + query).json()
+        col = data["points"]["columns"].index("run_id")
+        return {row[col] for row in data["points"]["rows"]}, data
+
+    everything, _ = run_ids("?points=1")
+    only_b, data = run_ids("?points=1&host=gpu-b")
+    assert data["selection"]["host"] == ["gpu-b"]
+    assert only_b == b_runs and b_runs < everything
