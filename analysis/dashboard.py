@@ -85,7 +85,7 @@ def sweep_data(sweep, points: list[dict[str, Any]], selection: Selection, with_p
     out: dict[str, Any] = {
         "sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo},
         "selection": {"tp": selection.tp, "concurrency": selection.concurrency, "output_len": selection.output_len,
-                      "method": selection.method, "baseline": selection.baseline},
+                      "method": selection.method, "host": selection.host, "baseline": selection.baseline},
         "figures": figs,
         "inconsistent_tps": inconsistent_gpu_tps(points),
         "throughput_y": {"options": [{"key": k, "label": v[1]} for k, v in figures.THROUGHPUT_Y.items()],

@@ -1,11 +1,11 @@
 """The sweep page's selection, read from the URL query so that a view can be linked.
 
-`?tp=1&tp=4&concurrency=1&output_len=1024&method=ddtree&method=linear&baseline=linear`:
-each of tp, concurrency, output_len and method may repeat (or hold comma-separated values);
-absent means all. A `method` value is a method name (`ddtree`: every budget) or a configuration
-label (`b15`, `draft_model k=4`, `auto`; benchkit.methods.parse_method_token). `baseline` is the
-label of the configuration speedups divide by (default `auto`). Bad values raise
-SelectionError naming the parameter, which the views answer with HTTP 400.
+`?tp=1&tp=4&concurrency=1&output_len=1024&method=ddtree&method=linear&host=gpu-a&baseline=linear`:
+each of tp, concurrency, output_len, method and host (a sweep on several hosts) may repeat (or
+hold comma-separated values); absent means all. A `method` value is a method name (`ddtree`:
+every budget) or a configuration label (`b15`, `draft_model k=4`, `auto`;
+benchkit.methods.parse_method_token). `baseline` is the label of the configuration speedups
+divide by (default `auto`). Bad values raise SelectionError naming the parameter, which the views answer with HTTP 400.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from benchkit.compare.speedups import AUTO
+from benchkit.hosts import HOST_NAME_RE
 from benchkit.methods import METHOD_NAMES, MethodError, method_label, parse_method_token
 
 #: Query parameters of the selection, in the order a link writes them.
-PARAMS = ("tp", "concurrency", "output_len", "method", "baseline")
+PARAMS = ("tp", "concurrency", "output_len", "method", "host", "baseline")
 
 
 class SelectionError(ValueError):
@@ -39,6 +40,8 @@ class Selection:
     concurrency: tuple[int, ...] = ()
     output_len: tuple[int, ...] = ()
     method: tuple[str, ...] = ()
+    #: host names (a sweep on several hosts); empty: all
+    host: tuple[str, ...] = ()
     baseline: str = AUTO
     #: `method` split into method names and (method, k, budget) configurations.
     names: tuple[str, ...] = field(default=(), compare=False)
@@ -54,7 +57,8 @@ class Selection:
         """Keyword filters for runs.selectors.figure_points: every filter, with the method filter
         widened to the baseline's configuration and `auto` (speedups and step costs need them
         even when the page does not show them)."""
-        kw: dict[str, Any] = {"tp": self.tp, "concurrency": self.concurrency, "output_len": self.output_len}
+        kw: dict[str, Any] = {"tp": self.tp, "concurrency": self.concurrency, "output_len": self.output_len,
+                              "host": self.host}
         if self.method:
             configs = set(self.configs)
             if baseline_config:
@@ -74,7 +78,7 @@ class Selection:
     @property
     def is_filtered(self) -> bool:
         """True when any filter (not the baseline) narrows the sweep."""
-        return bool(self.tp or self.concurrency or self.output_len or self.method)
+        return bool(self.tp or self.concurrency or self.output_len or self.method or self.host)
 
 
 def _values(query: Mapping[str, Any], name: str) -> list[str]:
@@ -122,7 +126,11 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
         except MethodError as exc:
             raise SelectionError("baseline", exc.reason) from None
         baseline = method_label(choice.method, choice.num_speculative_tokens, choice.tree_budget)
+    hosts = _values(query, "host")
+    for h in hosts:
+        if not HOST_NAME_RE.match(h):
+            raise SelectionError("host", f"{h[:100]!r} is not a host name")
     # concurrency and output length may be 0: an imported result file that did not record them
     return Selection(tp=_ints(query, "tp", 1), concurrency=_ints(query, "concurrency", 0),
-                     output_len=_ints(query, "output_len", 0), method=tuple(dict.fromkeys(methods)), baseline=baseline,
-                     names=tuple(names), configs=tuple(configs))
+                     output_len=_ints(query, "output_len", 0), method=tuple(dict.fromkeys(methods)),
+                     host=tuple(sorted(set(hosts))), baseline=baseline, names=tuple(names), configs=tuple(configs))

@@ -38,7 +38,8 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A sweep organised by its grid's dimensions: the headline (fastest configuration per TP
     and concurrency), filters in the URL query, four figures (read by the page's script from
     `sweep_data` with the same query) and a per-configuration run table; every run is listed,
-    paginated, at `sweep_runs`. Loads only the columns the figures need."""
+    paginated, at `sweep_runs`. A sweep on several hosts names each, with a link to its runs
+    only. Loads only the columns the figures need."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
     got = _selection_or_400(request, pk)
     if isinstance(got, HttpResponse):
@@ -47,7 +48,9 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
-    ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk))
+    ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
+               hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
+               all_hosts_query=selection.query(host=()))
     return render(request, "analysis/sweep_detail.html", ctx)
 
 
@@ -70,8 +73,8 @@ RUNS_PER_PAGE = 100
 
 
 def sweep_runs(request: HttpRequest, pk: int) -> HttpResponse:
-    """Every run of a sweep, paginated (RUNS_PER_PAGE), narrowed by the sweep page's filters and
-    `state`; each row links to its run page."""
+    """Every run of a sweep, paginated (RUNS_PER_PAGE), narrowed by the sweep page's filters (host
+    included) and `state`; each row shows its host and links to its run page."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
     try:
         selection = parse_selection(request.GET)
@@ -83,14 +86,15 @@ def sweep_runs(request: HttpRequest, pk: int) -> HttpResponse:
                                       content_type="text/plain; charset=utf-8")
     qs = selectors.run_list(pk, figures.POINT_METRICS, state=state, tp=selection.tp,
                             concurrency=selection.concurrency, output_len=selection.output_len,
-                            methods=selection.names, configs=selection.configs)
+                            methods=selection.names, configs=selection.configs, host=selection.host)
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = selection.query()
     if state:
         query = (query + "&" if query else "?") + f"state={state}"
     return render(request, "analysis/sweep_runs.html", {
         "sweep": sweep, "page": page, "rows": [dashboard.run_row(r) for r in page.object_list],
-        "headers": dashboard.RUN_LIST_HEADERS, "query": query, "state": state, "selection": selection})
+        "headers": dashboard.RUN_LIST_HEADERS, "query": query, "state": state, "selection": selection,
+        "hosts": [(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)]})
 
 
 def sweep_progress(request: HttpRequest, pk: int) -> JsonResponse:

@@ -235,6 +235,10 @@ if DRAFTBOARD_HEARTBEAT_TIMEOUT_S <= DRAFTBOARD_HEARTBEAT_INTERVAL_S:
     raise ConfigError(f"DRAFTBOARD_HEARTBEAT_TIMEOUT_S={DRAFTBOARD_HEARTBEAT_TIMEOUT_S} must exceed "
                       f"DRAFTBOARD_HEARTBEAT_INTERVAL_S={DRAFTBOARD_HEARTBEAT_INTERVAL_S}")
 
+# --- Offline hosts (issue 11; runs.services.ingest, POST /api/ingest/) ------------------------
+# Most bytes of one uploaded bundle (the tar.gz as sent); larger uploads get 413.
+DRAFTBOARD_INGEST_MAX_BYTES = env_int("DRAFTBOARD_INGEST_MAX_BYTES", 256 * 1024 * 1024)
+
 # --- Least privilege (issue 11; runs.services.policy) -----------------------------------------
 # What a sweep entered on the web by a user who is not a superuser may put into a GPU host's
 # server environment and command line (resource knobs only; nothing that loads code or paths).

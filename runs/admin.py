@@ -1,11 +1,12 @@
 """Admin: every model registered with useful columns and filters; invalidate runs with a
-reason; clear a host's quarantine; enter a sweep as YAML.
+reason; clear a host's quarantine; enter a sweep as YAML; create (shown once) and revoke the host
+tokens of offline ingest.
 
-Least privilege (issue 11): the three actions that change what runs or counts need their own
-permission (runs.invalidate_run, runs.clear_quarantine, runs.create_sweep; view-only staff get
-none of them), every action and view checks it again itself, a POST naming an action the user
-may not run is refused with 403, and a sweep's server.env and extra arguments must pass
-runs.services.policy.
+Least privilege (issue 11): the actions that change what runs or counts need their own
+permission (runs.invalidate_run, runs.clear_quarantine, runs.create_sweep, runs.revoke_hosttoken;
+creating a host token needs runs.add_hosttoken; view-only staff get none of them), every action
+and view checks it again itself, a POST naming an action the user may not run is refused with 403,
+and a sweep's server.env and extra arguments must pass runs.services.policy.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from benchkit.methods import METHOD_NAMES
 from benchkit.sweeps.sweepfile import SweepError
 from runs import models
 from runs.forms import AcknowledgeForm, InvalidateForm, SweepYamlForm
-from runs.services import dispatch, hosts, invalidation, policy, regressions, sweeps
+from runs.services import dispatch, hosts, ingest, invalidation, policy, regressions, sweeps
 
 
 class ActionPermissions:
@@ -78,6 +79,51 @@ class GpuInline(admin.TabularInline):
     extra = 0
     can_delete = False
     readonly_fields = ("index", "uuid", "pci_bus_id", "name", "memory_total_mib", "numa_node")
+
+
+@admin.register(models.HostToken)
+class HostTokenAdmin(ActionPermissions, admin.ModelAdmin):
+    """Tokens of offline hosts (POST /api/ingest/). Adding one shows the token once (only its
+    sha256 is stored); tokens are revoked with the action, never edited or deleted (audit)."""
+
+    list_display = ("name", "host", "created_at", "created_by", "last_used_at", "revoked_at")
+    list_filter = ("host", ("revoked_at", admin.EmptyFieldListFilter))
+    search_fields = ("name", "host__name")
+    fields = ("host", "name")
+    actions = ["revoke"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_revoke_permission(self, request) -> bool:
+        return request.user.has_perm("runs.revoke_hosttoken")
+
+    def save_model(self, request, obj, form, change):
+        if change or not self.has_add_permission(request):
+            raise PermissionDenied("host tokens are created (runs.add_hosttoken) and revoked, never edited")
+        row, token = ingest.create_token(obj.host, obj.name, created_by=request.user.get_username())
+        obj.pk, obj.token_sha256, obj.created_at = row.pk, row.token_sha256, row.created_at
+        request._draftboard_token = token  # shown by response_add, once
+
+    def response_add(self, request, obj, post_url_continue=None):
+        ctx = {**self.admin_site.each_context(request), "title": "Host token created", "row": obj,
+               "token": request._draftboard_token, "opts": self.model._meta,
+               "ingest_url": request.build_absolute_uri(reverse("api_ingest")),
+               "back_url": reverse("admin:runs_hosttoken_changelist")}
+        response = render(request, "admin/runs/hosttoken_created.html", ctx)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected tokens (their host can no longer send bundles)",
+                  permissions=["revoke"])
+    def revoke(self, request, queryset):
+        if not self.has_revoke_permission(request):
+            raise PermissionDenied("revoking host tokens needs the runs.revoke_hosttoken permission")
+        n = ingest.revoke_tokens(queryset)
+        self.message_user(request, f"revoked {n} token(s)")
 
 
 @admin.register(models.HardwareSnapshot)
@@ -150,8 +196,9 @@ class SweepAdmin(admin.ModelAdmin):
         status = 200
         if request.method == "POST" and form.is_valid():
             try:
-                sweep = sweeps.create_sweep(form.cleaned_data["grid"], form.cleaned_data["host"], source="admin",
-                                            enqueue=form.cleaned_data["enqueue"], user=request.user)
+                chosen = list(form.cleaned_data["host"] or [])
+                sweep = sweeps.create_sweep(form.cleaned_data["grid"], chosen[0] if chosen else None, source="admin",
+                                            enqueue=form.cleaned_data["enqueue"], user=request.user, hosts=chosen)
             except policy.OverrideNotAllowed as exc:
                 for problem in exc.problems:
                     form.add_error("grid", f"not allowed: {problem} (a superuser may set it)")

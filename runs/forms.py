@@ -18,7 +18,10 @@ class InvalidateForm(forms.Form):
 class SweepYamlForm(forms.Form):
     """A sweep entered in the admin as the same YAML a sweeps/*.yaml file holds."""
 
-    host = forms.ModelChoiceField(queryset=Host.objects.all())
+    host = forms.ModelMultipleChoiceField(
+        queryset=Host.objects.all(), required=False,
+        help_text="One or more hosts: each runs the whole grid on its own queue. Leave empty when the YAML names "
+                  "its `hosts:` (they win).")
     grid = forms.CharField(widget=forms.Textarea(attrs={"rows": 24, "cols": 100, "class": "vLargeTextField"}),
                            help_text="Sweep YAML, as in sweeps/*.yaml.")
     enqueue = forms.BooleanField(required=False, initial=True, help_text="Queue the runs on the host's worker now.")
@@ -31,6 +34,14 @@ class SweepYamlForm(forms.Form):
         except sweepspec.SweepError as exc:
             raise forms.ValidationError(str(exc)) from None
         return spec
+
+    def clean(self):
+        """A host is needed unless the YAML names its `hosts:`."""
+        data = super().clean()
+        spec = data.get("grid")
+        if spec is not None and not spec.hosts and not data.get("host"):
+            self.add_error("host", "choose at least one host (or name `hosts:` in the YAML)")
+        return data
 
 
 class AcknowledgeForm(forms.Form):

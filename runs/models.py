@@ -43,6 +43,35 @@ class Host(models.Model):
         return f"host.{self.name}"
 
 
+class HostToken(models.Model):
+    """A secret that lets one offline host send bundles to `POST /api/ingest/` (runs.services.ingest).
+
+    Only the sha256 (hex) of the token is stored; the token itself is shown once, when an
+    administrator creates it (admin), and is revoked (never deleted, for audit) by setting
+    `revoked_at`. A bundle sent with it must name the token's host."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=100, help_text="what the token is for, e.g. the machine or person using it")
+    token_sha256 = models.CharField(max_length=64, unique=True, editable=False,
+                                    help_text="sha256 of the token (hex); the token itself is not stored")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "-created_at"]
+        permissions = [("revoke_hosttoken", "Can revoke host tokens (offline ingest)")]
+
+    def __str__(self) -> str:
+        return f"{self.host} / {self.name}"
+
+    @property
+    def active(self) -> bool:
+        """Not revoked."""
+        return self.revoked_at is None
+
+
 class HardwareSnapshot(models.Model):
     """One inventory of a host (benchkit.hosts.inventory.HostInventory as JSON in `data`).
 
@@ -171,8 +200,8 @@ class Run(models.Model):
     """One benchmark point: one server configuration under one workload, executed once.
 
     `spec` holds the full benchkit.specs.RunSpec; the columns beside it copy what the dashboard
-    filters and groups on. Unique on (sweep, point_key): re-running a point overwrites nothing
-    and never duplicates it.
+    filters and groups on. Unique on (sweep, host, point_key): re-running a point overwrites nothing
+    and never duplicates it; a sweep on several hosts has each point once per host.
     """
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="runs")
@@ -239,12 +268,16 @@ class Run(models.Model):
                                   help_text="DRAFTBOARD_SERVER_TAG of its server start (shared by its server group)")
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last heartbeat of the executing worker")
     deadline_at = models.DateTimeField(null=True, blank=True, help_text="claim time + the runs' bound (run_timeout)")
+    # offline hosts (runs.services.ingest): the UUID the run got in its bundle; ingesting it again is a no-op
+    run_uuid = models.UUIDField(null=True, blank=True, unique=True, editable=False,
+                                help_text="UUID of a run ingested from an offline bundle")
 
     objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["sweep", "id"]
-        constraints = [models.UniqueConstraint(fields=["sweep", "point_key"], name="run_unique_point_per_sweep")]
+        constraints = [models.UniqueConstraint(fields=["sweep", "host", "point_key"],
+                                               name="run_unique_point_per_host_per_sweep")]
         indexes = [
             # charts: succeeded runs of a sweep
             models.Index(fields=["sweep", "state"], name="run_sweep_state"),

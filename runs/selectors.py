@@ -67,11 +67,14 @@ def sweep_runs(sweep: Sweep) -> QuerySet[Run]:
 
 def _selection(qs: QuerySet[Run], tp: Iterable[int] = (), concurrency: Iterable[int] = (),
                output_len: Iterable[int] = (), methods: Iterable[str] = (),
-               configs: Iterable[tuple[str, int | None, int | None]] = ()) -> QuerySet[Run]:
-    """`qs` narrowed to the given TP degrees, concurrency levels and output lengths (each: any
-    of the values; empty: all), and to runs whose method is one of `methods` or whose
+               configs: Iterable[tuple[str, int | None, int | None]] = (),
+               host: Iterable[str] = ()) -> QuerySet[Run]:
+    """`qs` narrowed to the given TP degrees, concurrency levels, output lengths and host names
+    (each: any of the values; empty: all), and to runs whose method is one of `methods` or whose
     (method, num_speculative_tokens, tree_budget) is one of `configs` (both empty: all)."""
-    tp, concurrency, output_len = list(tp), list(concurrency), list(output_len)
+    tp, concurrency, output_len, host = list(tp), list(concurrency), list(output_len), list(host)
+    if host:
+        qs = qs.filter(host__name__in=host)
     if tp:
         qs = qs.filter(tp__in=tp)
     if concurrency:
@@ -149,11 +152,17 @@ def run_list(sweep_id: int, metric_fields: Sequence[str], state: str = "", **sel
     qs = _selection(Run.objects.filter(sweep_id=sweep_id), **selection)
     if state:
         qs = qs.filter(state=state)
-    return (qs.select_related("metrics").order_by(*GRID_ORDER)
-            .only("id", "sweep_id", "method", "num_speculative_tokens", "tree_budget", "tp", "concurrency",
-                  "output_len", "repeat_index", "gpus", "gpus_cross_numa", "state", "failure_reason",
+    return (qs.select_related("metrics", "host").order_by(*GRID_ORDER)
+            .only("id", "sweep_id", "host__name", "method", "num_speculative_tokens", "tree_budget", "tp",
+                  "concurrency", "output_len", "repeat_index", "gpus", "gpus_cross_numa", "state", "failure_reason",
                   "failure_message", "suspect", "suspect_reasons", "metrics__id",
                   *(f"metrics__{f}" for f in metric_fields)))
+
+
+def sweep_hosts(sweep_id: int) -> list[str]:
+    """Names of the hosts a sweep's runs are on, sorted (one query)."""
+    return list(Run.objects.filter(sweep_id=sweep_id).order_by("host__name").values_list("host__name", flat=True)
+                .distinct())
 
 
 def counted_points(runs) -> list[dict[str, Any]]:

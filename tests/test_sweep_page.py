@@ -89,7 +89,7 @@ def test_filters_live_in_the_url(client, grid):
     (trace,) = got["figures"]["speedup"]["data"]
     assert trace["x"] == ["TP1", "TP4"] and trace["y"] == ["auto", "b15", "b16", "b32", "b64"]  # + baseline row
     assert got["selection"] == {"tp": [1, 4], "concurrency": [8], "output_len": [], "method": ["ddtree"],
-                                "baseline": "auto"}
+                                "host": [], "baseline": "auto"}
     html = client.get(reverse("analysis:sweep_detail", args=[grid.pk]) + "?tp=1&tp=4&method=ddtree").content.decode()
     assert f'data-url="/sweeps/{grid.pk}/data.json?tp=1&amp;tp=4&amp;method=ddtree"' in html
     assert 'name="tp" value="4" checked' in html and 'name="tp" value="8">' in html
@@ -134,8 +134,9 @@ def test_run_list_is_paginated_and_filtered(client, grid, monkeypatch):
     assert client.get(url + "?state=nonsense").status_code == 400
 
 
-# sweep_data: + the GPU-hour price table (one query, for the cost axis of the throughput figure)
-QUERIES = {"sweep_detail": 6, "sweep_data": 4, "sweep_runs": 3, "run_detail": 2}
+# sweep_data: + the GPU-hour price table (one query, for the cost axis of the throughput figure);
+# sweep_detail and sweep_runs: + one query reading the sweep's hosts
+QUERIES = {"sweep_detail": 7, "sweep_data": 4, "sweep_runs": 4, "run_detail": 2}
 
 
 def test_query_counts_do_not_grow_with_runs(client, admin_client, django_assert_num_queries):

@@ -31,6 +31,9 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     slo: {ttft_ms: 500, tpot_ms: 50} # goodput bounds, ms
     repeats: 1
     gpus: {4: [4, 5, 6, 7]}          # NVML indices pinned per TP degree; others are planned
+    hosts: [gpu-a, gpu-b]            # run the grid on each of these hosts (one queue each; GPUs
+                                     # planned on each host's own inventory); default: the
+                                     # host the command or form names
     share_server: true               # runs differing only in workload share a server start
     extra: {}                        # free-form metadata, stored with the sweep
 
@@ -68,7 +71,7 @@ from benchkit.configfile import (
 from benchkit.engines.adapters import EngineConfigError, adapter_for
 from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
-from benchkit.hosts import telemetry
+from benchkit.hosts import HOST_NAME_RE, telemetry
 from benchkit.hosts.allocation import Allocation, plan_sweep_gpus
 from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
@@ -113,6 +116,18 @@ Positives = Annotated[list[Annotated[int, Field(ge=1)]], BeforeValidator(_as_lis
 GpuIndices = Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_as_list), Field(min_length=1),
                        AfterValidator(_distinct)]
 PositiveInt = Annotated[int, Field(ge=1)]
+
+
+def _host_name(name: str) -> str:
+    if not HOST_NAME_RE.match(name):
+        raise ValueError(f"{name[:100]!r} is not a host name (1-100 letters, digits, '.', '_', '-', starting with a "
+                         "letter or digit)")
+    return name
+
+
+#: One or more distinct host names (benchkit.hosts.HOST_NAME_RE).
+HostNames = Annotated[list[Annotated[str, AfterValidator(_host_name)]], BeforeValidator(_as_list),
+                      Field(min_length=1), AfterValidator(_distinct)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 _WORKLOAD = WorkloadSpec()  # the defaults the workload section starts from
@@ -244,6 +259,7 @@ class SweepFile(StrictModel):
     slo: SloSection = Field(default_factory=SloSection)
     repeats: PositiveInt = 1
     gpus: dict[int, GpuIndices] = Field(default_factory=dict)
+    hosts: HostNames | None = None
     share_server: bool = True
     extra: dict[Any, Any] | None = None
 
@@ -350,6 +366,8 @@ class SweepSpec:
     #: Runs that differ only in workload share one server start (MEASUREMENT.md, "Reusing a
     #: server between points"); false gives every run a server of its own.
     share_server: bool = True
+    #: The hosts the file names (`hosts:`), each running the whole grid; [] = the caller's host.
+    hosts: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     source: str = "<dict>"
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -540,6 +558,7 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         repeats=sf.repeats,
         pinned_gpus={tp: list(ix) for tp, ix in sf.gpus.items()},
         share_server=sf.share_server,
+        hosts=list(sf.hosts or []),
         extra=plain(sf.extra) or {},
         source=source,
         raw=plain(data),

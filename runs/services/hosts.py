@@ -3,16 +3,13 @@ clean up, cleared by an administrator). Every write about a host goes through he
 
 from __future__ import annotations
 
-import re
-
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from benchkit.hosts import HOST_NAME_RE
 from benchkit.hosts.inventory import HostInventory, collect_inventory
 from runs.models import Gpu, HardwareSnapshot, Host
-
-HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 class HostNameError(ValueError):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
+from benchkit.hosts.allocation import AllocationError
 from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
 from benchkit.sweeps import dryrun, sweepfile
@@ -37,15 +38,33 @@ def run_fields(spec: RunSpec) -> dict:
     )
 
 
-def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bool = True, *, user=None,
-                 schedule: str = "", window: date | None = None) -> Sweep:
-    """Store `spec` as a Sweep with one queued Run per grid point and enqueue them on commit.
+def target_hosts(spec: sweepfile.SweepSpec, host: Host | None, hosts: list[Host] | None = None) -> list[Host]:
+    """The hosts a sweep runs on, each running the whole grid: the file's `hosts:` (created on
+    first use) when it names any, else `hosts` (several --host, the admin form's selection), else
+    [`host`]. Raises ValueError when none is named, HostNameError for a bad name."""
+    if spec.hosts:
+        chosen = [get_or_create_host(name) for name in spec.hosts]
+    elif hosts:
+        chosen = list(hosts)
+    elif host is not None:
+        chosen = [host]
+    else:
+        raise ValueError("the sweep names no host: give --host or `hosts:` in the file")
+    return list({h.pk: h for h in chosen}.values())
 
-    GPUs are planned from the host's latest hardware snapshot (every run of one TP degree
-    gets the same GPUs). Raises sweepfile.SweepError when placeholders are left unresolved
-    and allocation.AllocationError when the host has too few GPUs (or none, for TP > 1), and
-    BrokerUnavailable when runs are to be queued but the broker does not answer; nothing is
-    stored then.
+
+def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqueue: bool = True, *, user=None,
+                 schedule: str = "", window: date | None = None, hosts: list[Host] | None = None) -> Sweep:
+    """Store `spec` as a Sweep with one queued Run per grid point and host, and enqueue each host's
+    runs on that host's queue (`host.<name>`) on commit.
+
+    The hosts are target_hosts(spec, host, hosts): several hosts each run the whole grid, the
+    sweep belongs to the first (its series), every run records its own host. GPUs are planned per
+    host from that host's latest hardware snapshot (every run of one TP degree on one host gets
+    the same GPUs). Raises sweepfile.SweepError when placeholders are left unresolved and
+    allocation.AllocationError (naming the host) when a host has too few GPUs (or none, for
+    TP > 1), and BrokerUnavailable when runs are to be queued but the broker does not answer;
+    nothing is stored then.
 
     `user` (a Django user) entered the sweep on the web: its server.env and extra arguments
     must pass runs.services.policy (else policy.OverrideNotAllowed, nothing stored), the sweep
@@ -54,20 +73,33 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bo
     for a second sweep of one window, see create_sweep_for_window).
     """
     spec.require_resolved()
+    targets = target_hosts(spec, host, hosts)
     if enqueue:
         check_broker()
-    _plan, runspecs = spec.expand_on(latest_inventory(host))
+    planned: list[tuple[Host, list[RunSpec]]] = []
+    for h in targets:
+        try:
+            planned.append((h, spec.expand_on(latest_inventory(h))[1]))
+        except AllocationError as exc:
+            if len(targets) > 1:
+                raise AllocationError(f"host {h.name}: {exc}") from None
+            raise
+    runspecs = [r for _, specs in planned for r in specs]
     overrides = check_overrides(runspecs, user) if user is not None else None
     is_demo = any(r.server.is_demo_model for r in runspecs)
     with transaction.atomic():
-        sweep = Sweep.objects.create(name=spec.name, description=spec.description, host=host, source=source,
+        sweep = Sweep.objects.create(name=spec.name, description=spec.description, host=targets[0], source=source,
                                      spec=spec.to_dict(), is_demo=is_demo, schedule=schedule, window=window,
                                      created_by=user.get_username() if user is not None else "")
-        runs = Run.objects.bulk_create([
-            Run(sweep=sweep, host=host, point_key=r.point_key(), spec=r.to_dict(), **run_fields(r))
-            for r in runspecs
+        Run.objects.bulk_create([
+            Run(sweep=sweep, host=h, point_key=r.point_key(), spec=r.to_dict(), **run_fields(r))
+            for h, specs in planned for r in specs
         ])
-        ids = [r.pk for r in Run.objects.filter(sweep=sweep).order_by("id")]
+        ids_by_host = {h.pk: [] for h in targets}
+        for pk, host_id in Run.objects.filter(sweep=sweep).order_by("id").values_list("id", "host_id"):
+            ids_by_host[host_id].append(pk)
+        ids = [pk for group in ids_by_host.values() for pk in group]
+        assert len(ids) == len(runspecs)
         if user is not None:
             note = f"created by {sweep.created_by} ({source})"
             if overrides:
@@ -75,8 +107,11 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host, source: str, enqueue: bo
                 note += f"; {overrides.describe()}{outside}"
             record(ids, note)
         if enqueue:
-            transaction.on_commit(lambda: enqueue_runs(ids, host.queue, spec.share_server))
-    assert len(runs) == len(runspecs)
+            def send() -> None:
+                for h in targets:
+                    enqueue_runs(ids_by_host[h.pk], h.queue, spec.share_server)
+
+            transaction.on_commit(send)
     return sweep
 
 
@@ -97,12 +132,24 @@ def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
     return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine)
 
 
-def create_sweep_from_file(path: str | Path, host_name: str | None = None,
+def _caller_hosts(spec: sweepfile.SweepSpec, host_name: str | list[str] | None) -> tuple[Host | None, list[Host]]:
+    """(host, hosts) for create_sweep from a caller's host name(s): none when the file names its
+    `hosts:` (they win), else the names given (default: DRAFTBOARD_HOST)."""
+    if spec.hosts:
+        return None, []
+    names = [host_name] if isinstance(host_name, str) or host_name is None else list(host_name)
+    hosts = [get_or_create_host(n) for n in names or [None]]
+    return hosts[0], hosts
+
+
+def create_sweep_from_file(path: str | Path, host_name: str | list[str] | None = None,
                            substitutions: dict[str, str] | None = None, enqueue: bool = True) -> Sweep:
     """Parse the sweep file at `path` with `{name}` placeholders replaced from `substitutions`
-    and call create_sweep. Raises sweepfile.SweepError naming the file, line and field."""
+    and call create_sweep on the file's `hosts:`, else on `host_name` (one name or several;
+    default DRAFTBOARD_HOST). Raises sweepfile.SweepError naming the file, line and field."""
     spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
-    return create_sweep(spec, get_or_create_host(host_name), source=str(path), enqueue=enqueue)
+    host, hosts = _caller_hosts(spec, host_name)
+    return create_sweep(spec, host, source=str(path), enqueue=enqueue, hosts=hosts)
 
 
 def create_sweep_for_window(path: str | Path, host_name: str | None, substitutions: dict[str, str] | None,
@@ -117,8 +164,8 @@ def create_sweep_for_window(path: str | Path, host_name: str | None, substitutio
     if existing is None:
         spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
         try:
-            return create_sweep(spec, get_or_create_host(host_name), source=str(path), schedule=schedule,
-                                window=window), True
+            host, hosts = _caller_hosts(spec, host_name)
+            return create_sweep(spec, host, source=str(path), schedule=schedule, window=window, hosts=hosts), True
         except IntegrityError:  # another worker created it meanwhile (the unique constraint)
             existing = Sweep.objects.filter(schedule=schedule, window=window).first()
             if existing is None:

@@ -1,12 +1,13 @@
-"""`python manage.py start_sweep sweeps/FILE.yaml [--host NAME] [--set key=value] [--dry-run]`: queue a sweep,
-or (--dry-run) print what every run would get on the host and which preflight checks fail now,
-storing nothing and starting no server."""
+"""`python manage.py start_sweep sweeps/FILE.yaml [--host NAME ...] [--set key=value] [--dry-run]`: queue a
+sweep, or (--dry-run) print what every run would get on each host and which preflight checks fail now,
+storing nothing and starting no server. The hosts are the file's `hosts:` when it names any, else
+every --host given (each runs the whole grid, on its own queue), else DRAFTBOARD_HOST."""
 
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.hosts.allocation import AllocationError
 from benchkit.sweeps.dryrun import format_plan
-from benchkit.sweeps.sweepfile import SweepError, parse_variables
+from benchkit.sweeps.sweepfile import SweepError, load_sweep_file, parse_variables
 from runs.services.dispatch import BrokerUnavailable
 from runs.services.hosts import HostNameError
 from runs.services.sweeps import create_sweep_from_file, dry_run_sweep_file
@@ -17,7 +18,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("path")
-        parser.add_argument("--host", default=None)
+        parser.add_argument("--host", action="append", default=[],
+                            help="host to run the grid on (repeatable: each host runs it on its own queue); "
+                                 "the file's `hosts:` wins. Default: DRAFTBOARD_HOST")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                             help="substitute {KEY} placeholders in the file, e.g. --set model_dir=/models/x")
         parser.add_argument("--no-enqueue", action="store_true", help="store the runs without queueing them")
@@ -29,12 +32,15 @@ class Command(BaseCommand):
         try:
             subs = parse_variables(opts["set"])
             if opts["dry_run"]:
-                plan = dry_run_sweep_file(opts["path"], host_name=opts["host"], substitutions=subs or None)
-                self.stdout.write(format_plan(plan))
+                spec = load_sweep_file(opts["path"], variables=subs or None)
+                for name in spec.hosts or opts["host"] or [None]:
+                    plan = dry_run_sweep_file(opts["path"], host_name=name, substitutions=subs or None)
+                    self.stdout.write(format_plan(plan))
                 return
-            sweep = create_sweep_from_file(opts["path"], host_name=opts["host"], substitutions=subs or None,
+            sweep = create_sweep_from_file(opts["path"], host_name=opts["host"] or None, substitutions=subs or None,
                                            enqueue=not opts["no_enqueue"])
         except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:
             raise CommandError(str(exc)) from None
+        queues = sorted({f"host.{name}" for name in sweep.runs.values_list("host__name", flat=True)})
         self.stdout.write(f"sweep {sweep.pk} '{sweep.name}': {sweep.runs.count()} runs "
-                          f"{'stored' if opts['no_enqueue'] else 'queued on host.' + sweep.host.name}")
+                          f"{'stored' if opts['no_enqueue'] else 'queued on ' + ', '.join(queues)}")

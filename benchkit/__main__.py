@@ -1,0 +1,51 @@
+"""`python -m benchkit run SWEEP.yaml --out bundle/ [--host NAME] [--set KEY=VALUE ...]`: execute a
+sweep on this GPU host with no database and no broker and write an offline bundle
+(benchkit.sweeps.offline, benchkit.sweeps.bundle); ingest it on the dashboard's machine with
+`manage.py ingest bundle/` or `POST /api/ingest/` (README, "Offline hosts").
+
+Exit status: 0 when every run succeeded, 1 when some run failed (the bundle holds it with its
+reason), 2 for a bad sweep file, host name or output folder (nothing run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` and run the command; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m benchkit", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a sweep file offline into a bundle folder")
+    run.add_argument("sweep", help="sweep file (YAML, see sweeps/)")
+    run.add_argument("--out", required=True, help="bundle folder to write (empty or new)")
+    run.add_argument("--host", default=None,
+                     help="the name the dashboard knows this host by (default: DRAFTBOARD_HOST, else the hostname)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="fill a {KEY} placeholder of the sweep file (repeatable)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar, one line per run")
+    args = parser.parse_args(argv)
+
+    from pydantic import ValidationError
+
+    from benchkit.hosts.allocation import AllocationError
+    from benchkit.sweeps.offline import run_offline
+    from benchkit.sweeps.sweepfile import SweepError, parse_variables
+
+    try:
+        summary = run_offline(args.sweep, args.out, host=args.host, variables=parse_variables(args.set) or None,
+                              progress=False if args.no_progress else None)
+    except (SweepError, AllocationError, FileExistsError, ValueError, OSError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        print(f"error: {reason}", file=sys.stderr)
+        return 2
+    m = summary.manifest
+    print(f"bundle {summary.out}: {summary.succeeded} succeeded, {summary.failed} failed, host {m.host}, "
+          f"bundle id {m.bundle_id}")
+    return 0 if summary.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

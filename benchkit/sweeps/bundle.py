@@ -1,0 +1,374 @@
+"""Offline bundles: a sweep's runs executed on a GPU host that cannot reach the database, as files
+the dashboard ingests later (`python -m benchkit run` writes one, `manage.py ingest` and
+`POST /api/ingest/` read it; runs/services/ingest.py stores it).
+
+Layout of a bundle folder (format version BUNDLE_FORMAT_VERSION)::
+
+    bundle/
+      manifest.json          # BundleManifest: format, bundle id, host, the sweep file's text, and
+                             # one entry per finished run: its UUID, file and the sha256 of its bytes
+      runs/<run uuid>.json   # BundleRun: spec, state / failure reason, metrics, raw request logs
+                             # (benchkit.measure.logs.encode_logs, base64), inventory snapshot,
+                             # server argv / env / log tail, provenance, teardown report
+      work/                  # server logs of each server start (not read by ingest)
+
+Every file is written whole to a temporary name and renamed into place (`write_atomic`), run file
+first, then the manifest that lists it: a run killed half-way leaves no run file that looks
+complete, and a run file the manifest does not list (or whose sha256 differs from the manifest's)
+is never ingested. Reading (`open_bundle`, `open_bundle_tar`) validates every file with pydantic
+(unknown keys forbidden, no coercion, metric bounds from the metric schema) and raises
+BundleError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from benchkit.formats.common import Text, metrics_model
+from benchkit.formats.limits import TEXT_LIMITS
+from benchkit.hosts import HOST_NAME_PATTERN
+from benchkit.measure.logs import RequestLog, decode_logs
+from benchkit.specs import RunSpec
+
+#: The bundle layout this code writes and reads.
+BUNDLE_FORMAT_VERSION = 1
+BUNDLE_FORMAT = "draftboard-bundle"
+MANIFEST = "manifest.json"
+#: Most bytes one bundle file may have when read (a run's request logs are zlib-compressed).
+MAX_FILE_BYTES = 256 * 1024 * 1024
+#: Most bytes of a whole tar.gz bundle, uncompressed (bounded work for an upload).
+MAX_BUNDLE_BYTES = 1024 * 1024 * 1024
+
+
+class BundleError(ValueError):
+    """A bundle file that cannot be read: `file` (path inside the bundle) and `reason`; str() is
+    `file: reason`."""
+
+    def __init__(self, file: str, reason: str):
+        self.file, self.reason = file, reason
+        super().__init__(f"{file}: {reason}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ManifestRun(_Strict):
+    """One finished run of a bundle: its UUID, its file (`runs/<uuid>.json`), the sha256 (hex) of
+    that file's bytes and its final state."""
+
+    uuid: UUID
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    state: Literal["succeeded", "failed"]
+
+    @model_validator(mode="after")
+    def _file_of_uuid(self) -> ManifestRun:
+        if self.file != run_file_name(self.uuid):
+            raise ValueError(f"file {self.file!r} is not {run_file_name(self.uuid)!r}")
+        return self
+
+
+class BundleManifest(_Strict):
+    """manifest.json: format and version, the bundle's id, the host that ran it (its name as the
+    dashboard knows it), when it was created, the sweep's name and file (path and text), the
+    finished runs."""
+
+    format: Literal["draftboard-bundle"] = BUNDLE_FORMAT
+    format_version: Literal[1] = BUNDLE_FORMAT_VERSION
+    bundle_id: UUID
+    host: str = Field(pattern=HOST_NAME_PATTERN)
+    created_at: datetime
+    sweep_name: str = Field(min_length=1, max_length=200)
+    sweep_file: str = Field(max_length=500)
+    sweep_text: str
+    runs: list[ManifestRun] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> BundleManifest:
+        uuids = [r.uuid for r in self.runs]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError("a run UUID is listed twice")
+        return self
+
+
+class RequestLogsPart(_Strict):
+    """A run's raw request logs: `data_b64` is base64 of benchkit.measure.logs.encode_logs (the
+    encoding the database stores); counts of requests and warmup requests; the measured window on
+    the host's perf_counter_ns clock (ns)."""
+
+    encoding: Literal["draftboard-logs-v1"] = "draftboard-logs-v1"
+    data_b64: str
+    n_requests: int = Field(ge=0)
+    n_warmup: int = Field(ge=0)
+    window_start_ns: int
+    window_end_ns: int
+
+    def decode(self) -> list[RequestLog]:
+        """The logs; raises ValueError when the data is not valid base64 of encoded logs, or holds
+        another number of requests than `n_requests`."""
+        try:
+            raw = base64.b64decode(self.data_b64, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not base64: {exc}") from None
+        try:
+            logs = decode_logs(raw)
+        except Exception as exc:  # zlib / JSON / shape errors of a damaged blob
+            raise ValueError(f"cannot decode the request logs ({type(exc).__name__}: {exc})") from None
+        if len(logs) != self.n_requests:
+            raise ValueError(f"holds {len(logs)} requests, n_requests says {self.n_requests}")
+        return logs
+
+
+#: The run file's metrics: one optional field per WindowMetrics field, bounds from the schema.
+BundleMetrics = metrics_model("BundleMetrics", lambda f: f.name, scaled=False, base=_Strict)
+
+
+class BundleRun(_Strict):
+    """runs/<uuid>.json: one executed run (benchkit.sweeps.runner.RunOutcome plus its identity).
+
+    `spec` is benchkit.specs.RunSpec.to_dict() and `point_key` its RunSpec.point_key() (checked);
+    `state` succeeded (then `metrics` is set) or failed (`failure_reason`, a runner code, and
+    `failure_message`); `inventory` the host's benchkit.hosts.inventory.HostInventory.to_dict()
+    taken when the sweep started; times are UTC."""
+
+    format_version: Literal[1] = BUNDLE_FORMAT_VERSION
+    uuid: UUID
+    bundle_id: UUID
+    host: str
+    sweep_name: str
+    point_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    spec: dict[str, Any]
+    state: Literal["succeeded", "failed"]
+    failure_reason: str = Field("", max_length=50)
+    failure_message: str = ""
+    started_at: datetime
+    finished_at: datetime
+    metrics: BundleMetrics | None = None  # type: ignore[valid-type]
+    spec_source: str = Field("", max_length=TEXT_LIMITS["spec_source"])
+    distributions: dict[str, list[float]] = Field(default_factory=dict)
+    suspect_reasons: list[str] = Field(default_factory=list)
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    server_log_tail: str = ""
+    server_shared: bool = False
+    port: int | None = Field(None, ge=1, le=65535)
+    engine_version: Text(TEXT_LIMITS["engine_version"]) = ""  # type: ignore[valid-type]
+    engine_commit: str = Field("", max_length=64)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    teardown: dict[str, Any] = Field(default_factory=dict)
+    client_headroom: dict[str, Any] = Field(default_factory=dict)
+    request_logs: RequestLogsPart | None = None
+    inventory: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BundleRun:
+        try:
+            key = RunSpec.from_dict(self.spec).point_key()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"spec: not a run spec ({exc})") from None
+        if key != self.point_key:
+            raise ValueError("point_key does not match the spec (the spec was changed)")
+        if self.state == "succeeded" and (self.metrics is None or self.failure_reason):
+            raise ValueError("a succeeded run needs metrics and no failure_reason")
+        if self.state == "failed" and not self.failure_reason:
+            raise ValueError("a failed run needs its failure_reason")
+        return self
+
+    def run_spec(self) -> RunSpec:
+        """The run's RunSpec."""
+        return RunSpec.from_dict(self.spec)
+
+
+def run_file_name(run_uuid: UUID | str) -> str:
+    """The bundle-relative file of run `run_uuid`: `runs/<uuid>.json`."""
+    return f"runs/{UUID(str(run_uuid))}.json"
+
+
+def sha256_hex(data: bytes) -> str:
+    """sha256 of `data`, hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all: a temporary file in the same folder, fsynced,
+    then renamed over `path` (a kill mid-write leaves only a `.tmp-*` file, never read)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _dump(model: BaseModel) -> bytes:
+    return (model.model_dump_json(indent=1) + "\n").encode()
+
+
+class BundleWriter:
+    """Writes a bundle folder run by run (see the module docstring). Raises FileExistsError when
+    `out` already holds a manifest (a bundle is never appended to by a second sweep)."""
+
+    def __init__(self, out: Path, manifest: BundleManifest):
+        self.out = Path(out)
+        if (self.out / MANIFEST).exists():
+            raise FileExistsError(f"{self.out / MANIFEST} exists: give an empty --out folder")
+        (self.out / "runs").mkdir(parents=True, exist_ok=True)
+        self.manifest = manifest
+        write_atomic(self.out / MANIFEST, _dump(self.manifest))
+
+    def add(self, run: BundleRun) -> Path:
+        """Write `run`'s file, then the manifest listing it; returns the run file's path."""
+        data = _dump(run)
+        path = self.out / run_file_name(run.uuid)
+        write_atomic(path, data)
+        entry = ManifestRun(uuid=run.uuid, file=run_file_name(run.uuid), sha256=sha256_hex(data), state=run.state)
+        self.manifest = self.manifest.model_copy(update={"runs": [*self.manifest.runs, entry]})
+        write_atomic(self.out / MANIFEST, _dump(self.manifest))
+        return path
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"])
+    return f"{loc}: {e['msg']}" if loc else e["msg"]
+
+
+@dataclass
+class Bundle:
+    """A bundle opened for reading: its validated manifest and a reader of its files
+    (`read(name) -> bytes`, KeyError / OSError when absent). `origin` names it (a folder path or
+    'upload')."""
+
+    manifest: BundleManifest
+    read: Callable[[str], bytes]
+    origin: str
+
+    def run(self, entry: ManifestRun) -> BundleRun:
+        """Run file `entry`, checked: present, its sha256 the manifest's, valid JSON of a
+        BundleRun whose UUID, bundle and host are the manifest's, request logs decodable.
+        Raises BundleError naming the file."""
+        try:
+            data = self.read(entry.file)
+        except (KeyError, OSError):
+            raise BundleError(entry.file, "missing (the manifest lists it)") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise BundleError(entry.file, f"{len(data)} bytes, more than {MAX_FILE_BYTES}")
+        if sha256_hex(data) != entry.sha256:
+            raise BundleError(entry.file, f"sha256 {sha256_hex(data)[:12]}... is not the manifest's "
+                                          f"{entry.sha256[:12]}... (the file is truncated or was changed; "
+                                          f"{len(data)} bytes)")
+        try:
+            run = BundleRun.model_validate_json(data)
+        except ValidationError as exc:
+            raise BundleError(entry.file, _first_error(exc)) from None
+        m = self.manifest
+        for name, got, want in (("uuid", run.uuid, entry.uuid), ("bundle_id", run.bundle_id, m.bundle_id),
+                                ("host", run.host, m.host), ("state", run.state, entry.state)):
+            if got != want:
+                raise BundleError(entry.file, f"{name}: {got} is not the manifest's {want}")
+        if run.request_logs is not None:
+            try:
+                run.request_logs.decode()
+            except ValueError as exc:
+                raise BundleError(entry.file, f"request_logs: {exc}") from None
+        return run
+
+
+def _manifest(data: bytes) -> BundleManifest:
+    try:
+        return BundleManifest.model_validate_json(data)
+    except ValidationError as exc:
+        raise BundleError(MANIFEST, _first_error(exc)) from None
+
+
+def open_bundle(folder: str | Path) -> Bundle:
+    """Open the bundle folder `folder`. Raises BundleError (manifest.json missing or invalid)."""
+    folder = Path(folder)
+    try:
+        data = (folder / MANIFEST).read_bytes()
+    except OSError as exc:
+        raise BundleError(MANIFEST, f"cannot read it in {folder} ({exc.strerror or exc})") from None
+
+    def read(name: str) -> bytes:
+        path = (folder / name).resolve()
+        if folder.resolve() not in path.parents:
+            raise KeyError(name)
+        return path.read_bytes()
+
+    return Bundle(_manifest(data), read, str(folder))
+
+
+def open_bundle_tar(fileobj: io.BufferedIOBase | io.BytesIO, max_bytes: int = MAX_BUNDLE_BYTES) -> Bundle:
+    """Open a bundle sent as a tar.gz of its folder (`tar czf b.tgz -C bundle .`; a single top
+    folder inside is also accepted). Only manifest.json and runs/*.json are read (regular files;
+    links and other entries are ignored), at most `max_bytes` uncompressed. Raises BundleError
+    (`<archive>`) for an archive that is not a readable tar.gz or is truncated."""
+    files: dict[str, bytes] = {}
+    total = 0
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:gz") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                parts = [p for p in member.name.split("/") if p not in ("", ".")]
+                if parts and parts[0] not in (MANIFEST, "runs"):
+                    parts = parts[1:]  # a single top folder: bundle/manifest.json
+                name = "/".join(parts)
+                if name != MANIFEST and not (len(parts) == 2 and parts[0] == "runs" and parts[1].endswith(".json")):
+                    continue
+                total += member.size
+                if total > max_bytes:
+                    raise BundleError("<archive>", f"more than {max_bytes} bytes uncompressed")
+                f = tar.extractfile(member)
+                files[name] = f.read() if f is not None else b""
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        if isinstance(exc, BundleError):
+            raise
+        raise BundleError("<archive>", f"not a complete tar.gz ({type(exc).__name__}: {exc})") from None
+    if MANIFEST not in files:
+        raise BundleError(MANIFEST, "not in the archive")
+    return Bundle(_manifest(files[MANIFEST]), files.__getitem__, "upload")
+
+
+def tar_bundle(folder: str | Path) -> bytes:
+    """The tar.gz of a bundle folder's manifest and run files (what `POST /api/ingest/` takes)."""
+    folder = Path(folder)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(folder / MANIFEST, arcname=MANIFEST)
+        for path in sorted((folder / "runs").glob("*.json")):
+            tar.add(path, arcname=f"runs/{path.name}")
+    return buf.getvalue()
+
+
+def logs_part(logs: list[RequestLog], blob: bytes, window_start_ns: int, window_end_ns: int) -> RequestLogsPart:
+    """The request-logs part of a run file from the logs and their encoded blob."""
+    return RequestLogsPart(data_b64=base64.b64encode(blob).decode(), n_requests=len(logs),
+                           n_warmup=sum(1 for r in logs if r.warmup), window_start_ns=window_start_ns,
+                           window_end_ns=window_end_ns)
+
+
+def to_json_data(value: Any) -> Any:
+    """`value` through a JSON round trip (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,148 @@
+"""Run a sweep on a GPU host with no database and no broker, into a bundle folder
+(benchkit.sweeps.bundle): `python -m benchkit run SWEEP.yaml --out bundle/`.
+
+The same parts as a worker's run: the sweep file through benchkit.sweeps.sweepfile, GPUs planned
+on this host's inventory (benchkit.hosts.inventory, collected now), runs grouped by server start
+(benchkit.specs.server_groups, the sweep's `share_server`) and executed by
+benchkit.sweeps.runner.execute_runs. Each finished run is written at once (run file, then the
+manifest listing it); a sweep killed half-way leaves a bundle of the runs that finished.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchkit.hosts.inventory import HostInventory, collect_inventory
+from benchkit.measure.logs import encode_logs
+from benchkit.specs import RunSpec, server_groups
+from benchkit.sweeps import sweepfile
+from benchkit.sweeps.bundle import (
+    BundleManifest,
+    BundleRun,
+    BundleWriter,
+    logs_part,
+    to_json_data,
+)
+from benchkit.sweeps.runner import NullHooks, RunOutcome, execute_runs
+
+
+def default_host_name() -> str:
+    """DRAFTBOARD_HOST when set (the name the dashboard knows this host by), else the hostname."""
+    return os.environ.get("DRAFTBOARD_HOST") or socket.gethostname().split(".")[0]
+
+
+class _Progress(NullHooks):
+    """Runner hooks of one run: when it started, and its phase / request progress on the bar."""
+
+    def __init__(self, label: str, show: Callable[[str], None]):
+        self.label, self.show = label, show
+        self.started_at: datetime | None = None
+
+    def state(self, name: str, note: str = "") -> None:
+        if self.started_at is None:
+            self.started_at = datetime.now(UTC)
+        self.show(f"{self.label}: {name}")
+
+    def progress(self, done: int, total: int) -> None:
+        self.show(f"{self.label}: measuring {done}/{total} requests")
+
+
+@dataclass
+class OfflineSummary:
+    """What `run_offline` did: the bundle folder, its manifest, and the runs by final state."""
+
+    out: Path
+    manifest: BundleManifest
+    succeeded: int
+    failed: int
+
+
+def bundle_run(outcome: RunOutcome, spec: RunSpec, run_uuid: uuid.UUID, manifest: BundleManifest,
+               inventory: HostInventory, started_at: datetime, finished_at: datetime) -> BundleRun:
+    """The bundle file of one finished run (see BundleRun): the outcome's figures, logs (encoded as
+    the database stores them), server details and provenance, the spec and the inventory."""
+    logs = None
+    if outcome.logs is not None:
+        logs = logs_part(outcome.logs, encode_logs(outcome.logs), outcome.window_start_ns, outcome.window_end_ns)
+    return BundleRun(
+        uuid=run_uuid, bundle_id=manifest.bundle_id, host=manifest.host, sweep_name=manifest.sweep_name,
+        point_key=spec.point_key(), spec=to_json_data(spec.to_dict()),
+        state="succeeded" if outcome.ok else "failed", failure_reason=outcome.reason[:50],
+        failure_message=outcome.message[:5000], started_at=started_at, finished_at=finished_at,
+        metrics=outcome.metrics.to_dict() if outcome.ok and outcome.metrics is not None else None,
+        spec_source=outcome.spec_source[:300], distributions=to_json_data(outcome.distributions),
+        suspect_reasons=list(outcome.suspect_reasons), argv=list(outcome.argv), env=dict(outcome.env),
+        server_log_tail=outcome.server_log_tail[-20000:], server_shared=outcome.server_shared, port=outcome.port,
+        engine_version=outcome.engine_version[:100], engine_commit=outcome.engine_commit[:64],
+        provenance=to_json_data(outcome.provenance), teardown=to_json_data(outcome.teardown),
+        client_headroom=to_json_data(outcome.client_headroom), request_logs=logs,
+        inventory=to_json_data(inventory.to_dict()),
+    )
+
+
+def run_offline(sweep_path: str | Path, out: str | Path, host: str | None = None,
+                variables: dict[str, str] | None = None, inventory: HostInventory | None = None,
+                progress: bool | None = None) -> OfflineSummary:
+    """Execute every run of the sweep file at `sweep_path` on this host and write the bundle `out`.
+
+    `host`: the name the dashboard knows this host by (default_host_name()); `variables` fill the
+    file's `{name}` placeholders; `inventory` defaults to collect_inventory() now (GPUs are planned
+    on it as a worker plans them on the host's latest snapshot). `progress`: a tqdm bar on stderr
+    (default: when stderr is a terminal; else one line per finished run).
+    Raises sweepfile.SweepError (bad file), allocation.AllocationError (too few GPUs),
+    FileExistsError (`out` holds a bundle already), pydantic.ValidationError (a host name that is
+    not 1-100 letters, digits, '.', '_', '-'); never raises for a benchmark failure (the run is
+    written `failed` with its reason)."""
+    sweep_path, out = Path(sweep_path), Path(out)
+    text = sweep_path.read_text(encoding="utf-8")
+    spec = sweepfile.loads_sweep(text, str(sweep_path), variables)
+    spec.require_resolved()
+    inventory = inventory if inventory is not None else collect_inventory()
+    _plan, specs = spec.expand_on(inventory if inventory.gpus else None)
+    manifest = BundleManifest(bundle_id=uuid.uuid4(), host=host or default_host_name(),
+                              created_at=datetime.now(UTC), sweep_name=spec.name, sweep_file=str(sweep_path)[-500:],
+                              sweep_text=text)
+    writer = BundleWriter(out, manifest)
+    show_bar = sys.stderr.isatty() if progress is None else progress
+    counts = {"succeeded": 0, "failed": 0}
+    bar = None
+    if show_bar:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(specs), unit="run", desc=spec.name, file=sys.stderr)
+
+    def show(text: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(text, refresh=True)
+
+    try:
+        for n, group in enumerate(server_groups(specs, spec.share_server)):
+            group_specs = [specs[i] for i in group]
+            hooks = [_Progress(f"run {i + 1}/{len(specs)}", show) for i in group]
+            t0 = datetime.now(UTC)
+            outcomes = execute_runs(group_specs, hooks, out / "work" / f"server-{n:03d}",
+                                    server_tag=uuid.uuid4().hex)
+            finished = datetime.now(UTC)
+            for i, run_spec, hook, outcome in zip(group, group_specs, hooks, outcomes, strict=True):
+                record = bundle_run(outcome, run_spec, uuid.uuid4(), manifest, inventory,
+                                    hook.started_at or t0, finished)
+                writer.add(record)
+                counts[record.state] += 1
+                line = (f"run {i + 1}/{len(specs)} {record.state}"
+                        + (f" ({outcome.reason}: {outcome.message[:200]})" if not outcome.ok else ""))
+                if bar is not None:
+                    bar.update(1)
+                    bar.write(line)
+                else:
+                    print(line, file=sys.stderr, flush=True)
+    finally:
+        if bar is not None:
+            bar.close()
+    return OfflineSummary(out, writer.manifest, counts["succeeded"], counts["failed"])

@@ -1,0 +1,62 @@
+"""HTTP API of the runs app: `POST /api/ingest/` stores an offline bundle (runs.services.ingest).
+
+Request: the bundle folder as a tar.gz body (`tar czf - -C bundle manifest.json runs`, or
+benchkit.sweeps.bundle.tar_bundle), `Content-Type: application/gzip`, and the host's token
+(created in the admin, Host tokens) as `Authorization: Bearer <token>`. Answers JSON
+(runs.services.ingest.IngestReport.to_dict: counts and one entry per run file):
+
+- 200: every run stored or ingested before (a second send of a bundle is a no-op that says so);
+- 422: some run files refused (each with `file: reason`, nothing stored for them), the others stored;
+- 400: the archive or its manifest cannot be read (nothing stored);
+- 401: no token; 403: unknown or revoked token, or a bundle of another host (nothing stored);
+- 413: body larger than settings.DRAFTBOARD_INGEST_MAX_BYTES.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from django.conf import settings
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from benchkit.sweeps.bundle import BundleError, open_bundle_tar
+from runs.services.ingest import IngestRefused, authenticate, ingest_bundle
+
+_CHUNK = 1024 * 1024
+
+
+def _bearer(request) -> str:
+    scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+@csrf_exempt  # a machine client authenticated by its token, never a browser session
+@require_POST
+def ingest(request):
+    """Store the bundle in the request body; see the module docstring for the answers."""
+    token = _bearer(request)
+    if not token:
+        return JsonResponse({"error": "send the host's token as 'Authorization: Bearer <token>'"}, status=401)
+    try:
+        host_token = authenticate(token)
+    except IngestRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=403)
+    limit = settings.DRAFTBOARD_INGEST_MAX_BYTES
+    with tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK) as body:
+        size = 0
+        while chunk := request.read(_CHUNK):  # the stream, not request.body (DATA_UPLOAD_MAX_MEMORY_SIZE)
+            size += len(chunk)
+            if size > limit:
+                return JsonResponse({"error": f"bundle larger than {limit} bytes"}, status=413)
+            body.write(chunk)
+        body.seek(0)
+        try:
+            bundle = open_bundle_tar(body)
+            report = ingest_bundle(bundle, token=host_token)
+        except BundleError as exc:
+            return JsonResponse({"error": f"{exc} (nothing stored)"}, status=400)
+        except IngestRefused as exc:
+            return JsonResponse({"error": f"{exc} (nothing stored)"}, status=403)
+    return JsonResponse(report.to_dict(), status=422 if report.of("refused") else 200)
