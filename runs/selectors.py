@@ -36,7 +36,7 @@ from runs.models import (
 HEAVY_RUN_COLUMNS = ("spec", "server_env", "server_log_tail")
 HEAVY_METRICS_COLUMNS = ("distributions", "definitions", "extra")
 #: Run columns of a point dict (`figure_points`): what speedup matching and the figures read.
-_POINT_COLUMNS = ("id", "engine", "engine_version", "engine_build", "model", "gpus", "tp", "dataset", "input_len",
+_POINT_COLUMNS = ("id", "host_id", "engine", "engine_version", "engine_build", "model", "gpus", "tp", "dataset", "input_len",
                   "output_len", "concurrency", "request_rate", "temperature", "seed", "method",
                   "num_speculative_tokens", "tree_budget", "drafter", "repeat_index")
 #: Grid order of a sweep's runs.
@@ -282,7 +282,7 @@ def point_from_run(run: Any) -> dict[str, Any]:
     `acceptance_length`, ...; None where unknown).
     """
     return {
-        "run_id": run.pk,
+        "run_id": run.pk, "host_id": run.host_id,
         "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
         "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []),
         "gpu_names": tuple(g.get("name", "") for g in run.gpus or []), "tp": run.tp,

@@ -41,6 +41,21 @@ def test_speedup_divides_by_matched_auto():
     assert sps[("auto", 1)].value == pytest.approx(1.0)
 
 
+def test_hosts_without_gpus_never_pair_across_hosts():
+    # a sweep over two CPU hosts (no GPU UUIDs to tell them apart): each host's method run is
+    # divided by its own host's auto run, and a host without one gets no number, naming the host
+    pts = [point(1, tps=100, gpus=(), host_id=1), point(2, "ngram", 4, tps=300, gpus=(), host_id=1),
+           point(3, tps=50, gpus=(), host_id=2), point(4, "ngram", 4, tps=200, gpus=(), host_id=2),
+           point(5, "draft_model", 2, tps=90, gpus=(), host_id=2)]
+    sps = {(s.label, s.field("host_id")): s for s in compute_speedups(pts)}
+    assert sps[("ngram k=4", 1)].value == pytest.approx(3.0) and sps[("ngram k=4", 1)].baseline_run_ids == [1]
+    assert sps[("ngram k=4", 2)].value == pytest.approx(4.0) and sps[("ngram k=4", 2)].baseline_run_ids == [3]
+    lone = compute_speedups([point(1, tps=100, gpus=(), host_id=1), point(5, "draft_model", 2, tps=90, gpus=(),
+                                                                         host_id=2)])
+    lone = {s.label: s for s in lone}["draft_model k=2"]
+    assert lone.value is None and "host_id" in lone.reason
+
+
 def test_no_baseline_means_no_number_and_names_the_difference():
     # auto ran on other GPUs: not comparable, so no speedup is shown, and the reason says why
     sps = compute_speedups([point(1, gpus=("GPU-b",)), point(2, "ngram", 4, tps=120)])

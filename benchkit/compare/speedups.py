@@ -23,8 +23,11 @@ import numpy as np
 
 from benchkit.hosts.allocation import inconsistent_tp_gpus
 
-MATCH_FIELDS = ("engine", "engine_version", "engine_build", "model", "gpu_uuids", "tp", "dataset", "input_len",
-                "output_len", "concurrency", "request_rate", "temperature", "seed")
+#: What must be equal for two points to be compared. `host_id` (the host the run ran on) keeps a
+#: sweep over several hosts from pairing runs of different machines where the GPU UUIDs cannot
+#: (hosts without GPUs); a point without it (a hand-made dict) counts as host None.
+MATCH_FIELDS = ("host_id", "engine", "engine_version", "engine_build", "model", "gpu_uuids", "tp", "dataset",
+                "input_len", "output_len", "concurrency", "request_rate", "temperature", "seed")
 CONFIG_FIELDS = ("method", "num_speculative_tokens", "tree_budget", "drafter")
 #: The figure a speedup divides (MEASUREMENT.md "Comparing runs": output tok/s ratio), a
 #: benchkit.measure.metrics.WindowMetrics field.
@@ -48,7 +51,7 @@ def median(values: Sequence[float]) -> float:
 
 def match_key(p: dict[str, Any]) -> tuple:
     """What must be equal for two points to be compared (everything but the method)."""
-    return tuple(p[f] for f in MATCH_FIELDS)
+    return tuple(p.get(f) for f in MATCH_FIELDS)
 
 
 def config_key(p: dict[str, Any]) -> tuple:
@@ -205,7 +208,7 @@ def _missing_baseline_explainer(points: list[dict[str, Any]], baseline: str) -> 
     def explain(p: dict[str, Any]) -> str:
         best: tuple[int, list[str], int] | None = None
         for b in near.get(tuple(p[f] for f in _NEAR_FIELDS), []):
-            diff = [f for f in MATCH_FIELDS if b[f] != p[f]]
+            diff = [f for f in MATCH_FIELDS if b.get(f) != p.get(f)]
             if best is None or len(diff) < len(best[1]):
                 best = (b["run_id"], diff, 0)
         if best is None:
