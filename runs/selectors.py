@@ -36,8 +36,8 @@ from runs.models import (
 HEAVY_RUN_COLUMNS = ("spec", "server_env", "server_log_tail")
 HEAVY_METRICS_COLUMNS = ("distributions", "definitions", "extra")
 #: Run columns of a point dict (`figure_points`): what speedup matching and the figures read.
-_POINT_COLUMNS = ("id", "host_id", "engine", "engine_version", "engine_build", "model", "gpus", "tp", "dataset", "input_len",
-                  "output_len", "concurrency", "request_rate", "temperature", "seed", "method",
+_POINT_COLUMNS = ("id", "host_id", "engine", "engine_version", "engine_build", "model", "gpus", "tp", "dataset",
+                  "input_len", "output_len", "concurrency", "request_rate", "temperature", "seed", "method",
                   "num_speculative_tokens", "tree_budget", "drafter", "repeat_index")
 #: Grid order of a sweep's runs.
 GRID_ORDER = ("tp", "method", "num_speculative_tokens", "tree_budget", "concurrency", "output_len", "id")
