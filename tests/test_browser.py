@@ -9,12 +9,10 @@ import pytest
 from runs.models import Run, RunState
 from runs.services import execution
 from runs.services.sweeps import create_sweep, get_or_create_host
+from tests.browserpage import chromium_page
 from tests.realserver import tiny_sweep
 
 pytestmark = [pytest.mark.vllm, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture
@@ -32,16 +30,9 @@ def measured_sweep(demo_models, settings, tmp_path):
 
 
 def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_path):
-    from playwright.sync_api import sync_playwright
-
     run = Run.objects.filter(sweep=measured_sweep, method="draft_model").get()  # no ORM inside playwright's loop
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+    with chromium_page(chromium_path, errors) as page:
         page.goto(f"{live_server.url}/")
         page.click(f"text={measured_sweep.name} #{measured_sweep.pk}")
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
@@ -61,5 +52,4 @@ def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_
         page.goto(f"{live_server.url}/runs/{run.pk}/")
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
         assert page.locator(".js-plotly-plot").count() == 4  # TTFT, ITL, ICL, tokens per chunk
-        browser.close()
     assert errors == []

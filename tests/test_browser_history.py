@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browserpage import chromium_page
 from tests.nightly import build_nightly_series
-from tests.test_browser import CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -30,16 +30,9 @@ def _plot(page, fig_id: str):
 
 
 def test_planted_regression_flagged_on_home_and_trend(live_server, series, chromium_path):
-    from playwright.sync_api import sync_playwright
-
     host, last = series.host.name, series.sweeps[-1].pk  # no ORM inside playwright's loop
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+    with chromium_page(chromium_path, errors, viewport={"width": 1400, "height": 1000}) as page:
 
         page.goto(f"{live_server.url}/")
         flags = _plot(page, "fig-flags")
@@ -65,5 +58,4 @@ def test_planted_regression_flagged_on_home_and_trend(live_server, series, chrom
         assert not [t for t in speed["data"] if "flag" in t["name"]]
         assert page.locator("#flags tbody tr").count() == 1
         assert page.locator(f"h1:has-text('{host}')").count() == 1
-        browser.close()
     assert errors == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser import CHROMIUM_ARGS
+from tests.browserpage import chromium_page
 from tests.usersgrid import make_users_grid
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -33,15 +33,8 @@ def users_grid():
 
 
 def test_users_grid_sweep_page_reads_right(live_server, users_grid, chromium_path):
-    from playwright.sync_api import sync_playwright
-
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+    with chromium_page(chromium_path, errors, viewport={"width": 1400, "height": 1000}) as page:
         page.goto(f"{live_server.url}/sweeps/{users_grid}/")
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         assert page.locator("#sweep-figures .js-plotly-plot").count() == 4  # every figure has data
@@ -83,7 +76,6 @@ def test_users_grid_sweep_page_reads_right(live_server, users_grid, chromium_pat
         page.mouse.click(x, y)
         page.wait_for_url("**/runs/*/")
         assert "b15 · TP1 · concurrency 1" in page.locator("h1").inner_text()
-        browser.close()
     assert errors == []
 
 
@@ -91,14 +83,8 @@ def test_throughput_figure_y_axis_switch_redraws_in_the_browser(live_server, use
     """Issue 12: the TP-scaling figure's y-axis selector draws each figure of data.json's
     "throughput_y": the users' grid stores no GPU telemetry or per-GPU figures, so "J per output
     token" says why it draws nothing; back to output tok/s, the lines are there again."""
-    from playwright.sync_api import sync_playwright
-
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with chromium_page(chromium_path, errors, viewport={"width": 1400, "height": 1000}) as page:
         page.goto(f"{live_server.url}/sweeps/{users_grid}/")
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         options = page.eval_on_selector_all("#throughput-y option", "els => els.map(e => e.value)")
@@ -114,5 +100,4 @@ def test_throughput_figure_y_axis_switch_redraws_in_the_browser(live_server, use
         assert len(scaling) == 6
         assert page.locator("#fig-tp_scaling").evaluate("el => el.layout.yaxis.title.text").startswith(
             "output tokens/s")
-        browser.close()
     assert errors == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser import CHROMIUM_ARGS
+from tests.browserpage import chromium_page
 from tests.test_telemetry_django import U0, fixture
 from tests.test_telemetry_pages import stored
 
@@ -20,14 +20,8 @@ def throttled_run():
 
 
 def test_run_page_draws_the_gpu_figure(live_server, throttled_run, chromium_path):
-    from playwright.sync_api import sync_playwright
-
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with chromium_page(chromium_path, errors, viewport={"width": 1400, "height": 1000}) as page:
         page.goto(f"{live_server.url}/runs/{throttled_run}/")
         page.wait_for_selector("#fig-gpu-plot .main-svg", timeout=30_000)
         drawn = page.evaluate("""() => document.getElementById('fig-gpu-plot').data.map(
@@ -37,5 +31,4 @@ def test_run_page_draws_the_gpu_figure(live_server, throttled_run, chromium_path
         shapes = page.evaluate("() => document.getElementById('fig-gpu-plot').layout.shapes.length")
         assert shapes == 1
         assert "0x44 (sw_power_cap, hw_thermal_slowdown)" in page.locator("#gpu-table").inner_text()
-        browser.close()
     assert errors == []
