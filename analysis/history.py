@@ -11,10 +11,8 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
-
 from analysis import history_figures as hf
-from benchkit.compare.speedups import SPEED_FIELD, compute_speedups
+from benchkit.compare.speedups import SPEED_FIELD, compute_speedups, median
 from benchkit.compare.sweepdiff import (
     BETTER,
     COMPARE_METRICS,
@@ -140,7 +138,7 @@ def environment_changes(nights, points: list[dict], snapshots: list[dict[str, An
 
 def _median(vals: list[float]) -> float | None:
     vals = [v for v in vals if v is not None]
-    return float(np.median(vals)) if vals else None
+    return median(vals) if vals else None
 
 
 def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: list[dict[str, Any]],

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, Case, Count, Max, Min, Q, QuerySet, TextField, Value, When
+from django.db.models import BooleanField, Case, CharField, Count, Max, Min, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -322,15 +322,35 @@ def fingerprint_at(snapshots: list[dict[str, Any]], when) -> str:
     return snapshots[i - 1]["fingerprint"] if i else ""
 
 
+#: Most fingerprint changes turned into one SQL CASE by `history_points` (beyond: dated in Python).
+FINGERPRINT_CASE_MAX = 64
+
+
+def _fingerprint_case(snapshots: dict[int, list[dict[str, Any]]]) -> Case | None:
+    """A CASE expression giving each run the fingerprint of its host's snapshot in force when it
+    started (the newest taken at or before `started_at`; "" when none, or no start time), built
+    from the points where a host's fingerprint changes (snapshots oldest first, as
+    `snapshot_history` gives them). None when there are more than FINGERPRINT_CASE_MAX such points."""
+    whens = []
+    for host_id, snaps in snapshots.items():
+        changes = [s for i, s in enumerate(snaps) if i == 0 or s["fingerprint"] != snaps[i - 1]["fingerprint"]]
+        whens += [When(host_id=host_id, started_at__gte=s["taken_at"], then=Value(s["fingerprint"]))
+                  for s in reversed(changes)]  # newest first: the first that holds wins
+    if len(whens) > FINGERPRINT_CASE_MAX:
+        return None
+    return Case(*whens, default=Value(""), output_field=CharField())
+
+
 def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict[str, list] | None = None,
                    snapshots: dict[int, list[dict[str, Any]]] | None = None,
                    gpus: bool = True) -> list[dict[str, Any]]:
     """Counted points of the sweeps `sweep_ids` with only the columns a history page needs:
-    run columns (_HISTORY_RUN_COLUMNS; `run_id` for `id`), `gpu_uuids`, `label`,
-    `hardware_fingerprint` (the host's snapshot in force when the run started, from
-    `snapshots` or one more query; `snapshots={}` skips it: "" and no `started_at`) and the
-    WindowMetrics fields `metrics`; `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run
-    column -> allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
+    run columns (_HISTORY_RUN_COLUMNS but `started_at`; `run_id` for `id`), `gpu_uuids`,
+    `label`, `hardware_fingerprint` (the host's snapshot in force when the run started: given
+    `snapshots`, computed by the database in the same query (`_fingerprint_case`), else from
+    one more query; `snapshots={}` skips it: "") and the WindowMetrics fields `metrics`;
+    `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run column ->
+    allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
     `Run.objects.counted()`), in (sweep, id) order.
     """
     qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
@@ -338,24 +358,43 @@ def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict
         if col not in HISTORY_FILTERS:
             raise ValueError(f"unknown history filter {col!r}: use {', '.join(HISTORY_FILTERS)}")
         qs = qs.filter(**{f"{col}__in": allowed})
-    skip = ({"started_at"} if snapshots == {} else set()) | (set() if gpus else {"gpus_text"})
+    case = _fingerprint_case(snapshots) if snapshots else None
+    skip = {"started_at"} if snapshots == {} or case is not None else set()
+    if not gpus:
+        skip.add("gpus_text")
     columns = tuple(c for c in _HISTORY_RUN_COLUMNS if c not in skip)
     names = [*columns, *(f"metrics__{m}" for m in metrics)]
     # the GPU list as text, decoded once per distinct value (a sweep has a few), not per row
     if gpus:
         qs = qs.annotate(gpus_text=Cast("gpus", TextField()))
+    if case is not None:
+        qs = qs.annotate(fingerprint_at_start=case)
+        names.append("fingerprint_at_start")
     rows = list(qs.order_by("sweep_id", "id").values_list(*names))
+    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
+    labels: dict[tuple, str] = {}
+    out = []
+    if case is not None or snapshots == {}:
+        for r in rows:
+            p = dict(zip(keys, r, strict=False))
+            if gpus:
+                p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
+            cfg = (p["method"], p["num_speculative_tokens"], p["tree_budget"])
+            if cfg not in labels:
+                labels[cfg] = _method_label(*cfg)
+            p["label"] = labels[cfg]
+            p["hardware_fingerprint"] = r[-1] if case is not None else ""
+            out.append(p)
+        return out
     if snapshots is None:
         snapshots = snapshot_history(sorted({r[2] for r in rows}))  # r[2]: host_id
-    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
     times = {h: [s["taken_at"] for s in lst] for h, lst in snapshots.items()}
-    out = []
     for r in rows:
         p = dict(zip(keys, r, strict=True))
         if gpus:
             p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
         p["label"] = _method_label(p["method"], p["num_speculative_tokens"], p["tree_budget"])
-        when, ts = p.get("started_at"), times.get(p["host_id"])
+        when, ts = p.pop("started_at", None), times.get(p["host_id"])
         i = bisect.bisect_right(ts, when) if ts and when is not None else 0
         p["hardware_fingerprint"] = snapshots[p["host_id"]][i - 1]["fingerprint"] if i else ""
         out.append(p)

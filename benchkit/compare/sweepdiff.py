@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -51,9 +51,12 @@ MIN_REPEATS_FOR_CI = 3
 BETTER, WORSE, SAME, UNKNOWN = "better", "worse", "no significant change", "unknown"
 
 
+_identity_getter = itemgetter(*IDENTITY_FIELDS)
+
+
 def identity_key(p: dict[str, Any]) -> tuple:
     """The point's identity across sweeps (IDENTITY_FIELDS, in order)."""
-    return tuple(p[f] for f in IDENTITY_FIELDS)
+    return _identity_getter(p)
 
 
 def identity_hash(p: dict[str, Any]) -> str:
@@ -65,7 +68,9 @@ def identity_hash(p: dict[str, Any]) -> str:
 
 def env_key(p: dict[str, Any]) -> tuple:
     """The point's environment (ENV_FIELDS, in order); missing keys count as ""."""
-    return tuple(p.get(f) or "" for f in ENV_FIELDS)
+    g = p.get  # ENV_FIELDS, in order (spelled out: this runs once per point of every history page)
+    return (g("hardware_fingerprint") or "", g("engine_version") or "", g("engine_build") or "",
+            g("engine_commit") or "")
 
 
 def env_difference(old: tuple, new: tuple) -> str:
@@ -206,6 +211,13 @@ def _verdict(change: float, lo: float | None, hi: float | None, direction: int, 
     return BETTER if (change > 0) == (direction > 0) else WORSE
 
 
+def _median(values: list[float]) -> float:
+    """statistics.median of a non-empty list, as a float (without its per-call overhead)."""
+    s = sorted(values)
+    n = len(s)
+    return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
+
+
 def _group(points: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for p in points:
@@ -214,7 +226,12 @@ def _group(points: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
 
 
 def _values(ps: list[dict[str, Any]], metric: str) -> list[float]:
-    return [p[metric] for p in ps if p.get(metric) is not None]
+    out = []
+    for p in ps:
+        v = p.get(metric)
+        if v is not None:
+            out.append(v)
+    return out
 
 
 def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, Any]], noise_pct: float = 5.0,
@@ -245,8 +262,8 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
         values[key] = (ov, nv)
         changes = {}
         for m in metrics:
-            c = changes[m] = MetricChange(m, float(statistics.median(ov[m])) if ov[m] else None,
-                                          float(statistics.median(nv[m])) if nv[m] else None)
+            c = changes[m] = MetricChange(m, _median(ov[m]) if ov[m] else None,
+                                          _median(nv[m]) if nv[m] else None)
             if c.old is not None and c.new is not None and c.old > 0:
                 c.change_pct = (c.new / c.old - 1.0) * 100.0
         d = PointDiff(key=key, label=new_ps[0]["label"], fields=fields_, old_run_ids=[p["run_id"] for p in old_ps],
