@@ -244,6 +244,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         ctx = _compare_context(request, limit=history.PAGE_ROW_LIMIT)
     except BadQuery as exc:
         return _bad(exc)
+    if ctx:
+        ctx.update(history.compare_page_tables(ctx["data"]))
     return render(request, "analysis/compare.html", ctx or {"data": None})
 
 
