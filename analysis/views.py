@@ -22,15 +22,23 @@ def sweep_list(request: HttpRequest) -> HttpResponse:
                                                         "hosts": selectors.hosts_with_workers()})
 
 
-def _selection_or_400(request: HttpRequest, pk: int) -> tuple[Selection, list[dict], tuple] | HttpResponse:
-    """(selection, dimension rows, baseline config) of a sweep page request, or a 400 answer
-    naming the bad query parameter."""
+def _sweep_points_or_400(request: HttpRequest, pk: int) -> tuple[Selection, list[dict], list[dict]] | HttpResponse:
+    """(selection, dimension rows, figure points) of a sweep page request, or a 400 answer
+    naming the bad query parameter. Without filters the points are every counted run, and the
+    dimensions are read off them (one query); with filters the dimensions come first (they
+    give the baseline configuration that the points query must include)."""
     try:
         selection = parse_selection(request.GET)
+        if not selection.is_filtered:
+            points = selectors.figure_points(pk, figures.POINT_METRICS)
+            dims = selectors.dimensions_of(points)
+            dashboard.baseline_config(selection, dims)  # a baseline that is not in the sweep: 400
+            return selection, dims, points
         dims = selectors.sweep_dimensions(pk)
-        return selection, dims, dashboard.baseline_config(selection, dims)
+        base_cfg = dashboard.baseline_config(selection, dims)
     except SelectionError as exc:
         return HttpResponseBadRequest(f"bad filter {exc}", content_type="text/plain; charset=utf-8")
+    return selection, dims, selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
 
 
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -39,11 +47,10 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     `sweep_data` with the same query) and a per-configuration run table; every run is listed,
     paginated, at `sweep_runs`. Loads only the columns the figures need."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
-    got = _selection_or_400(request, pk)
+    got = _sweep_points_or_400(request, pk)
     if isinstance(got, HttpResponse):
         return got
-    selection, dims, base_cfg = got
-    points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
+    selection, dims, points = got
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk))
@@ -54,11 +61,10 @@ def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
     """The sweep page's figures as JSON, for the same query parameters as the page
     (codespeed style: a data endpoint per chart page); `points=1` adds the point table."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
-    got = _selection_or_400(request, pk)
+    got = _sweep_points_or_400(request, pk)
     if isinstance(got, HttpResponse):
         return got
-    selection, _, base_cfg = got
-    points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
+    selection, _, points = got
     return JsonResponse(dashboard.sweep_data(sweep, points, selection, with_points=request.GET.get("points") == "1"))
 
 

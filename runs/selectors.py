@@ -7,6 +7,7 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -124,6 +125,16 @@ def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
     return list(Run.objects.counted().filter(sweep_id=sweep_id)
                 .values("tp", "concurrency", "output_len", "method", "num_speculative_tokens", "tree_budget")
                 .distinct().order_by())
+
+
+_DIMENSIONS = ("tp", "concurrency", "output_len", "method", "num_speculative_tokens", "tree_budget")
+
+
+def dimensions_of(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`sweep_dimensions` read off already loaded points (no query): equal to it when `points`
+    are every counted run of the sweep (`figure_points` without a selection)."""
+    return [dict(zip(_DIMENSIONS, key, strict=True)) for key in dict.fromkeys(itemgetter(*_DIMENSIONS)(p)
+                                                                                for p in points)]
 
 
 def config_state_counts(sweep_id: int) -> list[dict[str, Any]]:
