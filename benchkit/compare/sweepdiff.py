@@ -252,7 +252,7 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
     values: dict[tuple, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
     for key, new_ps in new_g.items():
         old_ps = old_g.get(key)
-        fields_ = {f: new_ps[0][f] for f in IDENTITY_FIELDS}
+        fields_ = dict(zip(IDENTITY_FIELDS, key, strict=True))
         if old_ps is None:
             diff.only_new.append({"label": new_ps[0]["label"], **fields_, "run_ids": [p["run_id"] for p in new_ps]})
             continue
@@ -269,11 +269,11 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
         d = PointDiff(key=key, label=new_ps[0]["label"], fields=fields_, old_run_ids=[p["run_id"] for p in old_ps],
                       new_run_ids=[p["run_id"] for p in new_ps], changes=changes, verdict=UNKNOWN,
                       single_run=min(len(old_ps), len(new_ps)) < MIN_REPEATS_FOR_CI, old_env=oe, new_env=ne,
-                      apart_reason=env_difference(oe, ne))
+                      apart_reason=env_difference(oe, ne) if oe != ne else "")
         (diff.apart if d.apart_reason else diff.matched).append(d)
     for key, old_ps in old_g.items():
         if key not in new_g:
-            diff.only_old.append({"label": old_ps[0]["label"], **{f: old_ps[0][f] for f in IDENTITY_FIELDS},
+            diff.only_old.append({"label": old_ps[0]["label"], **dict(zip(IDENTITY_FIELDS, key, strict=True)),
                                   "run_ids": [p["run_id"] for p in old_ps]})
     # bootstrap CIs for every matched (metric, point) with enough repeats, vectorised per metric
     for m, direction in metrics.items():
