@@ -49,6 +49,7 @@ def median(values: Sequence[float]) -> float:
 
 
 _match_getter = itemgetter(*MATCH_FIELDS)
+_MATCH_INDEX = {f: i for i, f in enumerate(MATCH_FIELDS)}
 _config_getter = itemgetter(*CONFIG_FIELDS)
 
 
@@ -88,7 +89,7 @@ class Speedup:
 
     def field(self, name: str) -> Any:
         """The value of match field `name` (one of MATCH_FIELDS) at this speedup's key."""
-        return self.key[MATCH_FIELDS.index(name)]
+        return self.key[_MATCH_INDEX[name]]
 
     @property
     def spread(self) -> str:
