@@ -236,8 +236,9 @@ def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> di
     filters = _filters(request)
     snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
     points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps, gpus=False)
-    ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old.pk],
-                                [p for p in points if p["sweep_id"] == new.pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
+    old_pk, new_pk = old.pk, new.pk
+    ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old_pk],
+                                [p for p in points if p["sweep_id"] == new_pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
                                 limit=limit)
     ctx.update(old=old, new=new, filters=filters)
     return ctx

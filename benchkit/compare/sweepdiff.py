@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -102,10 +103,10 @@ def _median_rank_pmf(n: int, draws: int = 200_000) -> tuple[np.ndarray, np.ndarr
     return pairs // n, pairs % n, counts / draws
 
 
-def bootstrap_change_ci(old: list[np.ndarray], new: list[np.ndarray], n_boot: int = 1000,
+def bootstrap_change_ci(old: Sequence[Sequence[float]], new: Sequence[Sequence[float]], n_boot: int = 1000,
                         seed: int = 0) -> np.ndarray:
     """95 % percentile-bootstrap intervals of median(new_i) / median(old_i) - 1 (a fraction),
-    for many pairs at once. `old[i]`, `new[i]`: 1-D float arrays (the repeats of pair i).
+    for many pairs at once. `old[i]`, `new[i]`: the repeats of pair i (1-D arrays or lists of floats).
     Returns an array of shape (len(old), 2), [lo, hi] per pair.
 
     Same estimator as benchkit.compare.speedups.bootstrap_ratio_ci (resample each side, ratio
@@ -122,8 +123,8 @@ def bootstrap_change_ci(old: list[np.ndarray], new: list[np.ndarray], n_boot: in
         groups[(len(a), len(b))].append(i)
     rng = np.random.default_rng(seed)
     for (na, nb), idx in sorted(groups.items()):
-        a = np.sort(np.stack([old[i] for i in idx]), axis=1)  # (P, na)
-        b = np.sort(np.stack([new[i] for i in idx]), axis=1)  # (P, nb)
+        a = np.sort(np.asarray([old[i] for i in idx], float), axis=1)  # (P, na)
+        b = np.sort(np.asarray([new[i] for i in idx], float), axis=1)  # (P, nb)
         with np.errstate(divide="ignore", invalid="ignore"):
             if max(na, nb) <= EXACT_MAX_REPEATS:
                 alo, ahi, aw = _median_rank_pmf(na)
@@ -225,13 +226,9 @@ def _group(points: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     return out
 
 
-def _values(ps: list[dict[str, Any]], metric: str) -> list[float]:
-    out = []
-    for p in ps:
-        v = p.get(metric)
-        if v is not None:
-            out.append(v)
-    return out
+def _columns(ps: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, list[float]]:
+    """{metric: its known values over the points `ps`, in order} (None left out)."""
+    return {m: [v for p in ps if (v := p.get(m)) is not None] for m in names}
 
 
 def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, Any]], noise_pct: float = 5.0,
@@ -247,6 +244,7 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
     """
     metrics = metrics or COMPARE_METRICS
     noise = noise_pct / 100.0
+    names = tuple(metrics)
     old_g, new_g = _group(old_points), _group(new_points)
     diff = SweepDiff()
     values: dict[tuple, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
@@ -257,8 +255,7 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
             diff.only_new.append({"label": new_ps[0]["label"], **fields_, "run_ids": [p["run_id"] for p in new_ps]})
             continue
         oe, ne = env_key(old_ps[0]), env_key(new_ps[0])
-        ov = {m: _values(old_ps, m) for m in metrics}
-        nv = {m: _values(new_ps, m) for m in metrics}
+        ov, nv = _columns(old_ps, names), _columns(new_ps, names)
         values[key] = (ov, nv)
         changes = {}
         for m in metrics:
@@ -285,8 +282,8 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
             ov, nv = values[d.key][0][m], values[d.key][1][m]
             if len(ov) >= MIN_REPEATS_FOR_CI and len(nv) >= MIN_REPEATS_FOR_CI:
                 todo.append(c)
-                olds.append(np.asarray(ov, float))
-                news.append(np.asarray(nv, float))
+                olds.append(ov)
+                news.append(nv)
             else:
                 c.verdict = _verdict(c.change_pct / 100.0, None, None, direction, noise)
         if todo:
