@@ -91,21 +91,23 @@ def figure_points(sweep_id: int, metric_fields: Sequence[str], **selection: Any)
     # `method` under the database's collation took a third of the query (issue 9, 100k runs)
     qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
     # the GPU list as its stored text, decoded once per distinct value (a sweep has a few)
-    rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values(
-        *(c for c in _POINT_COLUMNS if c != "gpus"), "gpus_text", *(f"metrics__{f}" for f in metric_fields))
+    cols = [c for c in _POINT_COLUMNS if c not in ("id", "gpus")]
+    rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values_list(
+        "id", "gpus_text", *cols, *(f"metrics__{f}" for f in metric_fields))
     uuids: dict[str | None, tuple[str, ...]] = {}
     labels: dict[tuple, str] = {}
     points = []
+    n = 2 + len(cols)
     for r in rows:
-        text = r.pop("gpus_text")
+        text = r[1]
         if text not in uuids:
             uuids[text] = tuple(g.get("uuid", "") for g in (json.loads(text) if text else None) or [])
-        cfg = (r["method"], r["num_speculative_tokens"], r["tree_budget"])
+        p = dict(zip(cols, r[2:n], strict=True))
+        cfg = (p["method"], p["num_speculative_tokens"], p["tree_budget"])
         if cfg not in labels:
             labels[cfg] = method_label(*cfg)
-        p = {k: r[k] for k in _POINT_COLUMNS if k not in ("id", "gpus")}
-        p.update(run_id=r["id"], gpu_uuids=uuids[text], label=labels[cfg],
-                 **{f: r[f"metrics__{f}"] for f in metric_fields})
+        p["run_id"], p["gpu_uuids"], p["label"] = r[0], uuids[text], labels[cfg]
+        p.update(zip(metric_fields, r[n:], strict=True))
         points.append(p)
     points.sort(key=_grid_key)
     return points
