@@ -7,14 +7,17 @@ it as is; the template renders the same dict), so a page and its JSON never disa
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-import numpy as np
+from django.template.defaultfilters import floatformat, slugify
+from django.urls import reverse
 
 from analysis import history_figures as hf
-from benchkit.compare.speedups import SPEED_FIELD, compute_speedups
+from benchkit.compare.speedups import SPEED_FIELD, compute_speedups, median
 from benchkit.compare.sweepdiff import (
     BETTER,
     COMPARE_METRICS,
@@ -31,9 +34,10 @@ from benchkit.measure.metrics import METRICS
 #: Metrics a history page loads per run: the compared ones (speedups divide the first).
 HISTORY_METRICS = tuple(COMPARE_METRICS)
 #: At most this many rows per JSON list, and per table of a page (PAGE_ROW_LIMIT: a template
-#: row costs far more than a JSON one); the counts always cover every point.
+#: row costs far more than a JSON one: 100 rows were a fifth of a 3 240-run compare page's time);
+#: the counts always cover every point, the JSON lists ROW_LIMIT rows.
 ROW_LIMIT = 200
-PAGE_ROW_LIMIT = 100
+PAGE_ROW_LIMIT = 50
 _VERDICT_ORDER = {WORSE: 0, BETTER: 1, SAME: 2, UNKNOWN: 3}
 _ONE_DAY = timedelta(days=1)
 
@@ -90,6 +94,42 @@ def build_compare(old, new, old_points: list[dict], new_points: list[dict], nois
     return {"data": data, "verdicts": (WORSE, BETTER, SAME)}
 
 
+def _f1(x: float | None) -> str:
+    """`x` as the template filter `floatformat:1` writes it (one decimal, half up; "" for None),
+    without its per-call localisation cost (a compare page formats about 2 000 figures)."""
+    if x is None:
+        return ""
+    if not math.isfinite(x):
+        return floatformat(x, 1)
+    s = f"{Decimal(repr(float(x))).quantize(_TENTH, ROUND_HALF_UP):f}"
+    return "0.0" if s == "-0.0" else s
+
+
+_TENTH = Decimal("0.1")
+
+
+def _run_links(ids: list[int]) -> list[tuple[int, str]]:
+    """(run id, its run page URL) per id (one reverse() for all)."""
+    pattern = reverse("analysis:run_detail", args=[987654321])
+    return [(i, pattern.replace("987654321", str(i))) for i in ids]
+
+
+def compare_page_tables(data: dict[str, Any]) -> dict[str, Any]:
+    """The compare page's two tables from `build_compare`'s data: its `points` and `apart` rows,
+    each with the run links and every figure already written as the page shows it (`old`, `new`,
+    `change`, `lo`, `hi`: one decimal; "" when unknown) and the verdicts' CSS slugs."""
+
+    def row(r: dict[str, Any]) -> dict[str, Any]:
+        cells = [{"verdict": c["verdict"], "slug": slugify(c["verdict"]), "known": c["change_pct"] is not None,
+                  "old": _f1(c["old"]), "new": _f1(c["new"]), "change": _f1(c["change_pct"]),
+                  "ci": (_f1(c["ci95_pct"][0]), _f1(c["ci95_pct"][1])) if c["ci95_pct"] else None}
+                 for c in r["metrics"]]
+        return {**r, "slug": slugify(r["verdict"]), "cells": cells, "old_runs": _run_links(r["old_run_ids"]),
+                "new_runs": _run_links(r["new_run_ids"])}
+
+    return {"matched_rows": [row(r) for r in data["points"]], "apart_rows": [row(r) for r in data["apart"]]}
+
+
 def _night_envs(points: list[dict]) -> dict[int, set[tuple]]:
     out: dict[int, set[tuple]] = defaultdict(set)
     for p in points:
@@ -140,7 +180,7 @@ def environment_changes(nights, points: list[dict], snapshots: list[dict[str, An
 
 def _median(vals: list[float]) -> float | None:
     vals = [v for v in vals if v is not None]
-    return float(np.median(vals)) if vals else None
+    return median(vals) if vals else None
 
 
 def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: list[dict[str, Any]],

@@ -23,15 +23,24 @@ def sweep_list(request: HttpRequest) -> HttpResponse:
                                                         "hosts": selectors.hosts_with_workers()})
 
 
-def _selection_or_400(request: HttpRequest, pk: int) -> tuple[Selection, list[dict], tuple] | HttpResponse:
-    """(selection, dimension rows, baseline config) of a sweep page request, or a 400 answer
-    naming the bad query parameter."""
+def _sweep_points_or_400(request: HttpRequest, pk: int, metric_fields=figures.POINT_METRICS,
+                         ) -> tuple[Selection, list[dict], list[dict]] | HttpResponse:
+    """(selection, dimension rows, figure points with `metric_fields`) of a sweep page request,
+    or a 400 answer naming the bad query parameter. Without filters the points are every counted
+    run, and the dimensions are read off them (one query); with filters the dimensions come
+    first (they give the baseline configuration that the points query must include)."""
     try:
         selection = parse_selection(request.GET)
+        if not selection.is_filtered:
+            points = selectors.figure_points(pk, metric_fields)
+            dims = selectors.dimensions_of(points)
+            dashboard.baseline_config(selection, dims)  # a baseline that is not in the sweep: 400
+            return selection, dims, points
         dims = selectors.sweep_dimensions(pk)
-        return selection, dims, dashboard.baseline_config(selection, dims)
+        base_cfg = dashboard.baseline_config(selection, dims)
     except SelectionError as exc:
         return HttpResponseBadRequest(f"bad filter {exc}", content_type="text/plain; charset=utf-8")
+    return selection, dims, selectors.figure_points(pk, metric_fields, **selection.load_kwargs(base_cfg))
 
 
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -41,11 +50,10 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     paginated, at `sweep_runs`. A sweep on several hosts names each, with a link to its runs
     only. Loads only the columns the figures need."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
-    got = _selection_or_400(request, pk)
+    got = _sweep_points_or_400(request, pk)
     if isinstance(got, HttpResponse):
         return got
-    selection, dims, base_cfg = got
-    points = selectors.figure_points(pk, figures.POINT_METRICS, **selection.load_kwargs(base_cfg))
+    selection, dims, points = got
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
@@ -58,12 +66,10 @@ def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
     """The sweep page's figures as JSON, for the same query parameters as the page
     (codespeed style: a data endpoint per chart page); `points=1` adds the point table."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
-    got = _selection_or_400(request, pk)
+    got = _sweep_points_or_400(request, pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS)
     if isinstance(got, HttpResponse):
         return got
-    selection, _, base_cfg = got
-    points = selectors.figure_points(pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS,
-                                     **selection.load_kwargs(base_cfg))
+    selection, _, points = got
     selectors.add_costs(points)
     return JsonResponse(dashboard.sweep_data(sweep, points, selection, with_points=request.GET.get("points") == "1"))
 
@@ -247,8 +253,9 @@ def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> di
     filters = _filters(request)
     snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
     points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps, gpus=False)
-    ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old.pk],
-                                [p for p in points if p["sweep_id"] == new.pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
+    old_pk, new_pk = old.pk, new.pk
+    ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old_pk],
+                                [p for p in points if p["sweep_id"] == new_pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
                                 limit=limit)
     ctx.update(old=old, new=new, filters=filters)
     return ctx
@@ -261,6 +268,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         ctx = _compare_context(request, limit=history.PAGE_ROW_LIMIT)
     except BadQuery as exc:
         return _bad(exc)
+    if ctx:
+        ctx.update(history.compare_page_tables(ctx["data"]))
     return render(request, "analysis/compare.html", ctx or {"data": None})
 
 

@@ -20,7 +20,8 @@ row (every WindowMetrics column), 4 x 64 distribution samples, a 2 KB server-log
 and spec as a real run stores them; hardware snapshots with one driver update; the last two
 nights have a planted 25 % drop (TP8 linear, concurrency 1) and regression detection runs on
 the last four nights through the real service (the last one's time is printed). Each page is
-then fetched with Django's test client (the whole middleware and template stack, no network)
+then fetched with Django's test client (the whole middleware and template stack, no network; the
+process's heap frozen out of gc's reach first, as benchsite/wsgi.py does in a served process)
 `--rounds` times after 2 warm-up requests: server time p50 / p95 in ms (wall clock), the web
 process's CPU time p50 (its share without PostgreSQL's; other work on the machine moves the
 wall clock, not this), response bytes, SQL queries (counted on one extra request). Targets
@@ -160,6 +161,11 @@ def measure(ids: dict, rounds: int) -> list[list]:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
+    # as a served process is (benchsite/wsgi.py): the loaded site, then what is alive now, frozen
+    # out of the garbage collector's reach; what each request allocates is collected as usual
+    from benchsite.wsgi import freeze_startup_heap
+
+    freeze_startup_heap()
     last, prev = ids["sweeps"][-1], ids["sweeps"][-2]
     trend_q = f"?host={ids['host']}&series={ids['series']}"
     pages = [

@@ -7,10 +7,11 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, Case, Count, Max, Min, Q, QuerySet, TextField, Value, When
+from django.db.models import BooleanField, Case, CharField, Count, Max, Min, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -95,32 +96,46 @@ def figure_points(sweep_id: int, metric_fields: Sequence[str], **selection: Any)
     `label`, `repeat_index`) with only the WindowMetrics fields named in `metric_fields`.
 
     `selection`: keyword filters of `_selection` (tp, concurrency, output_len, methods,
-    configs). Raises KeyError naming a metric field that is not in the schema. Grid order."""
+    configs). Raises KeyError naming a metric field that is not in the schema. Grid order
+    (`_grid_key`)."""
     for f in metric_fields:
         if f not in METRICS:
             raise KeyError(f"not a WindowMetrics field: {f!r}")
-    qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by(*GRID_ORDER)
+    # sorted here, not by the database: PostgreSQL's sort of thousands of rows on the text column
+    # `method` under the database's collation took a third of the query (issue 9, 100k runs)
+    qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
     # the GPU list as its stored text, decoded once per distinct value (a sweep has a few)
-    rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values(
-        *(c for c in _POINT_COLUMNS if c != "gpus"), "gpus_text", *(f"metrics__{f}" for f in metric_fields))
+    cols = [c for c in _POINT_COLUMNS if c not in ("id", "gpus")]
+    rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values_list(
+        "id", "gpus_text", *cols, *(f"metrics__{f}" for f in metric_fields))
     uuids: dict[str | None, tuple[str, ...]] = {}
     names: dict[str | None, tuple[str, ...]] = {}
     labels: dict[tuple, str] = {}
     points = []
+    n = 2 + len(cols)
     for r in rows:
-        text = r.pop("gpus_text")
+        text = r[1]
         if text not in uuids:
             gpus = (json.loads(text) if text else None) or []
             uuids[text] = tuple(g.get("uuid", "") for g in gpus)
             names[text] = tuple(g.get("name", "") for g in gpus)
-        cfg = (r["method"], r["num_speculative_tokens"], r["tree_budget"])
+        p = dict(zip(cols, r[2:n], strict=True))
+        cfg = (p["method"], p["num_speculative_tokens"], p["tree_budget"])
         if cfg not in labels:
             labels[cfg] = method_label(*cfg)
-        p = {k: r[k] for k in _POINT_COLUMNS if k not in ("id", "gpus")}
-        p.update(run_id=r["id"], gpu_uuids=uuids[text], gpu_names=names[text], label=labels[cfg],
-                 **{f: r[f"metrics__{f}"] for f in metric_fields})
+        p["run_id"], p["gpu_uuids"], p["gpu_names"], p["label"] = r[0], uuids[text], names[text], labels[cfg]
+        p.update(zip(metric_fields, r[n:], strict=True))
         points.append(p)
+    points.sort(key=_grid_key)
     return points
+
+
+def _grid_key(p: dict[str, Any]) -> tuple:
+    """GRID_ORDER of a point dict, empty values last (as PostgreSQL orders NULLs ascending),
+    text by code point."""
+    k, b, c, o = p["num_speculative_tokens"], p["tree_budget"], p["concurrency"], p["output_len"]
+    return (p["tp"], p["method"], k is None, k or 0, b is None, b or 0, c is None, c or 0, o is None, o or 0,
+            p["run_id"])
 
 
 def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
@@ -129,6 +144,16 @@ def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
     return list(Run.objects.counted().filter(sweep_id=sweep_id)
                 .values("tp", "concurrency", "output_len", "method", "num_speculative_tokens", "tree_budget")
                 .distinct().order_by())
+
+
+_DIMENSIONS = ("tp", "concurrency", "output_len", "method", "num_speculative_tokens", "tree_budget")
+
+
+def dimensions_of(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`sweep_dimensions` read off already loaded points (no query): equal to it when `points`
+    are every counted run of the sweep (`figure_points` without a selection)."""
+    return [dict(zip(_DIMENSIONS, key, strict=True)) for key in dict.fromkeys(itemgetter(*_DIMENSIONS)(p)
+                                                                                for p in points)]
 
 
 def config_state_counts(sweep_id: int) -> list[dict[str, Any]]:
@@ -444,15 +469,35 @@ def fingerprint_at(snapshots: list[dict[str, Any]], when) -> str:
     return snapshots[i - 1]["fingerprint"] if i else ""
 
 
+#: Most fingerprint changes turned into one SQL CASE by `history_points` (beyond: dated in Python).
+FINGERPRINT_CASE_MAX = 64
+
+
+def _fingerprint_case(snapshots: dict[int, list[dict[str, Any]]]) -> Case | None:
+    """A CASE expression giving each run the fingerprint of its host's snapshot in force when it
+    started (the newest taken at or before `started_at`; "" when none, or no start time), built
+    from the points where a host's fingerprint changes (snapshots oldest first, as
+    `snapshot_history` gives them). None when there are more than FINGERPRINT_CASE_MAX such points."""
+    whens = []
+    for host_id, snaps in snapshots.items():
+        changes = [s for i, s in enumerate(snaps) if i == 0 or s["fingerprint"] != snaps[i - 1]["fingerprint"]]
+        whens += [When(host_id=host_id, started_at__gte=s["taken_at"], then=Value(s["fingerprint"]))
+                  for s in reversed(changes)]  # newest first: the first that holds wins
+    if len(whens) > FINGERPRINT_CASE_MAX:
+        return None
+    return Case(*whens, default=Value(""), output_field=CharField())
+
+
 def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict[str, list] | None = None,
                    snapshots: dict[int, list[dict[str, Any]]] | None = None,
                    gpus: bool = True) -> list[dict[str, Any]]:
     """Counted points of the sweeps `sweep_ids` with only the columns a history page needs:
-    run columns (_HISTORY_RUN_COLUMNS; `run_id` for `id`), `gpu_uuids`, `label`,
-    `hardware_fingerprint` (the host's snapshot in force when the run started, from
-    `snapshots` or one more query; `snapshots={}` skips it: "" and no `started_at`) and the
-    WindowMetrics fields `metrics`; `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run
-    column -> allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
+    run columns (_HISTORY_RUN_COLUMNS but `started_at`; `run_id` for `id`), `gpu_uuids`,
+    `label`, `hardware_fingerprint` (the host's snapshot in force when the run started: given
+    `snapshots`, computed by the database in the same query (`_fingerprint_case`), else from
+    one more query; `snapshots={}` skips it: "") and the WindowMetrics fields `metrics`;
+    `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run column ->
+    allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
     `Run.objects.counted()`), in (sweep, id) order.
     """
     qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
@@ -460,24 +505,43 @@ def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict
         if col not in HISTORY_FILTERS:
             raise ValueError(f"unknown history filter {col!r}: use {', '.join(HISTORY_FILTERS)}")
         qs = qs.filter(**{f"{col}__in": allowed})
-    skip = ({"started_at"} if snapshots == {} else set()) | (set() if gpus else {"gpus_text"})
+    case = _fingerprint_case(snapshots) if snapshots else None
+    skip = {"started_at"} if snapshots == {} or case is not None else set()
+    if not gpus:
+        skip.add("gpus_text")
     columns = tuple(c for c in _HISTORY_RUN_COLUMNS if c not in skip)
     names = [*columns, *(f"metrics__{m}" for m in metrics)]
     # the GPU list as text, decoded once per distinct value (a sweep has a few), not per row
     if gpus:
         qs = qs.annotate(gpus_text=Cast("gpus", TextField()))
+    if case is not None:
+        qs = qs.annotate(fingerprint_at_start=case)
+        names.append("fingerprint_at_start")
     rows = list(qs.order_by("sweep_id", "id").values_list(*names))
+    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
+    labels: dict[tuple, str] = {}
+    out = []
+    if case is not None or snapshots == {}:
+        for r in rows:
+            p = dict(zip(keys, r, strict=False))
+            if gpus:
+                p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
+            cfg = (p["method"], p["num_speculative_tokens"], p["tree_budget"])
+            if cfg not in labels:
+                labels[cfg] = _method_label(*cfg)
+            p["label"] = labels[cfg]
+            p["hardware_fingerprint"] = r[-1] if case is not None else ""
+            out.append(p)
+        return out
     if snapshots is None:
         snapshots = snapshot_history(sorted({r[2] for r in rows}))  # r[2]: host_id
-    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
     times = {h: [s["taken_at"] for s in lst] for h, lst in snapshots.items()}
-    out = []
     for r in rows:
         p = dict(zip(keys, r, strict=True))
         if gpus:
             p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
         p["label"] = _method_label(p["method"], p["num_speculative_tokens"], p["tree_budget"])
-        when, ts = p.get("started_at"), times.get(p["host_id"])
+        when, ts = p.pop("started_at", None), times.get(p["host_id"])
         i = bisect.bisect_right(ts, when) if ts and when is not None else 0
         p["hardware_fingerprint"] = snapshots[p["host_id"]][i - 1]["fingerprint"] if i else ""
         out.append(p)

@@ -220,3 +220,17 @@ def test_query_counts_do_not_grow_with_runs(client, django_assert_num_queries):
     build_nightly_series(nights=6, start=s.sweeps[-1].created_at.replace(year=2027))  # 6 more nights
     assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 2 * 6 * 36
     count_all()
+
+
+def test_figure_script_writes_what_json_script_writes():
+    from datetime import UTC, datetime
+
+    from django.utils.html import json_script
+
+    from analysis.templatetags.figure_json import figure_script
+
+    fig = {"data": [{"text": ["</script><b>&amp; 6.5×", "a<b>c&d"], "x": [1.5, None, 2]}],
+           "layout": {"title": {"text": "TP4 > TP8 & b15 < b64 · ünïcode"}}, "at": datetime(2026, 1, 2, tzinfo=UTC)}
+    out = figure_script(fig, "fig-x")
+    assert out == json_script(fig, "fig-x")
+    assert "</script><b>" not in out.split(">", 1)[1][:-len("</script>")]

@@ -134,9 +134,12 @@ def test_run_list_is_paginated_and_filtered(client, grid, monkeypatch):
     assert client.get(url + "?state=nonsense").status_code == 400
 
 
-# sweep_data: + the GPU-hour price table (one query, for the cost axis of the throughput figure);
-# sweep_detail and sweep_runs: + one query reading the sweep's hosts
-QUERIES = {"sweep_detail": 7, "sweep_data": 4, "sweep_runs": 4, "run_detail": 2}
+#: Unfiltered, the sweep page's filter dimensions are read off its points (no query of their
+#: own); filtered (`?tp=4&method=b15`), they come first: one query more. sweep_data: + the
+#: GPU-hour price table (one query, for the cost axis of the throughput figure); sweep_detail
+#: and sweep_runs: + one query reading the sweep's hosts.
+QUERIES = {"sweep_detail": 6, "sweep_data": 3, "sweep_runs": 4, "run_detail": 2}
+FILTERED_QUERIES = {"sweep_detail": 7, "sweep_data": 4}
 
 
 def test_query_counts_do_not_grow_with_runs(client, admin_client, django_assert_num_queries):
@@ -151,6 +154,10 @@ def test_query_counts_do_not_grow_with_runs(client, admin_client, django_assert_
                 resp = client.get(reverse(f"analysis:{name}", args=args))
             assert resp.status_code == 200
             sizes[(name, sweep.pk)] = len(resp.content)
+        for name, n in FILTERED_QUERIES.items():
+            with django_assert_num_queries(n):
+                resp = client.get(reverse(f"analysis:{name}", args=[sweep.pk]), {"tp": "4", "method": "b15"})
+            assert resp.status_code == 200
         with django_assert_num_queries(7):  # session, user, 3 filter choices, count, the page of runs
             assert admin_client.get(reverse("admin:runs_run_changelist") + f"?sweep={sweep.pk}").status_code == 200
     # no row per run: 3x the runs, the same page (the headline names a few more run ids and CIs)
@@ -172,3 +179,13 @@ def test_admin_finds_a_run_by_id_without_casting_ids_to_text(admin_client, grid)
     assert f'href="/admin/runs/run/{run.pk}/change/' in html
     assert not any("CAST" in q["sql"].upper() or "::TEXT" in q["sql"].upper() for q in ctx.captured_queries)
     assert not any('"distributions"' in q["sql"] or "server_log_tail" in q["sql"] for q in ctx.captured_queries)
+
+
+def test_dimensions_read_off_the_points_equal_the_dimensions_query(grid):
+    from runs import selectors
+
+    key = lambda d: tuple(str(v) for v in d.values())  # noqa: E731
+    by_query = sorted(selectors.sweep_dimensions(grid.pk), key=key)
+    off_points = sorted(selectors.dimensions_of(selectors.figure_points(grid.pk, ())), key=key)
+    assert len(by_query) > 10 and off_points == by_query
+

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
+from numpy.lib._function_base_impl import _lerp  # np.percentile's interpolation: identical figures
 
 from benchkit.hosts.allocation import inconsistent_tp_gpus
 
@@ -49,14 +51,19 @@ def median(values: Sequence[float]) -> float:
     return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+_match_rest = itemgetter(*MATCH_FIELDS[1:])  # after host_id, which a hand-made point may lack
+_MATCH_INDEX = {f: i for i, f in enumerate(MATCH_FIELDS)}
+_config_getter = itemgetter(*CONFIG_FIELDS)
+
+
 def match_key(p: dict[str, Any]) -> tuple:
     """What must be equal for two points to be compared (everything but the method)."""
-    return tuple(p.get(f) for f in MATCH_FIELDS)
+    return (p.get("host_id"), *_match_rest(p))
 
 
 def config_key(p: dict[str, Any]) -> tuple:
     """The decoding configuration of a point."""
-    return tuple(p[f] for f in CONFIG_FIELDS)
+    return _config_getter(p)
 
 
 @dataclass
@@ -85,7 +92,7 @@ class Speedup:
 
     def field(self, name: str) -> Any:
         """The value of match field `name` (one of MATCH_FIELDS) at this speedup's key."""
-        return self.key[MATCH_FIELDS.index(name)]
+        return self.key[_MATCH_INDEX[name]]
 
     @property
     def spread(self) -> str:
@@ -118,11 +125,43 @@ def bootstrap_ratio_cis(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]
         ranks_b = _median_ranks(rng.integers(0, nb, size=(n_boot, nb)))
         a = np.sort(np.asarray([pairs[i][0] for i in idx], float), axis=1)
         b = np.sort(np.asarray([pairs[i][1] for i in idx], float), axis=1)
-        ratios = _medians(a, ranks_a) / _medians(b, ranks_b)  # (pairs, n_boot)
-        lo, hi = np.percentile(ratios, [2.5, 97.5], axis=1)
+        # the n_boot draws name few distinct (rank of a, rank of b) combinations (9 for 3 vs 3
+        # repeats): the ratios of a pair are those few values, each repeated `counts` times
+        combos, counts = np.unique(np.stack([*ranks_a, *ranks_b], axis=1), axis=0, return_counts=True)
+        if len(combos) <= n_boot // 4 and np.isfinite(a).all() and np.isfinite(b).all() and (b > 0).all():
+            ratios = (_medians(a, (combos[:, 0], combos[:, 1])) /
+                      _medians(b, (combos[:, 2], combos[:, 3])))  # (pairs, combinations)
+            lo, hi = _weighted_percentiles(ratios, counts, n_boot)
+        else:
+            ratios = _medians(a, ranks_a) / _medians(b, ranks_b)  # (pairs, n_boot)
+            lo, hi = np.percentile(ratios, [2.5, 97.5], axis=1)
         for j, i in enumerate(idx):
             out[i] = (float(lo[j]), float(hi[j]))
     return out  # type: ignore[return-value]
+
+
+#: The percentiles of a bootstrap interval, as np.percentile takes them.
+_CI_QUANTILES = np.true_divide(np.asarray([2.5, 97.5]), 100)
+
+
+def _weighted_percentiles(values: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.percentile(..., [2.5, 97.5], axis=1) (its default linear method) of K rows of n values
+    given as each row's distinct candidates `values` (K, C) repeated `counts` (C,) times
+    (counts sum to n), without materialising the n values: the order statistics the linear
+    interpolation reads are found on the cumulative counts. Equal to np.percentile bit for bit
+    (the same order statistics, numpy's own interpolation formula)."""
+    order = np.argsort(values, axis=1, kind="stable")
+    sorted_vals = np.take_along_axis(values, order, axis=1)
+    cum = np.cumsum(counts[order], axis=1)  # (K, C): values at sorted positions < cum[k, c]
+    virtual = (n - 1) * _CI_QUANTILES
+    prev = np.floor(virtual)
+    gamma = virtual - prev
+    rows = np.arange(values.shape[0])[:, None]
+    pos = np.stack([prev, np.minimum(prev + 1, n - 1)], axis=1).astype(np.intp).ravel()  # (4,)
+    at = (cum[:, :, None] <= pos[None, None, :]).sum(axis=1)  # (K, 4): column holding each position
+    picked = sorted_vals[rows, at].reshape(-1, 2, 2)  # (K, quantile, lower/upper)
+    res = _lerp(picked[:, :, 0], picked[:, :, 1], gamma[None, :])
+    return res[:, 0], res[:, 1]
 
 
 def _median_ranks(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

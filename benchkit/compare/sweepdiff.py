@@ -24,9 +24,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -51,9 +52,12 @@ MIN_REPEATS_FOR_CI = 3
 BETTER, WORSE, SAME, UNKNOWN = "better", "worse", "no significant change", "unknown"
 
 
+_identity_getter = itemgetter(*IDENTITY_FIELDS)
+
+
 def identity_key(p: dict[str, Any]) -> tuple:
     """The point's identity across sweeps (IDENTITY_FIELDS, in order)."""
-    return tuple(p[f] for f in IDENTITY_FIELDS)
+    return _identity_getter(p)
 
 
 def identity_hash(p: dict[str, Any]) -> str:
@@ -65,7 +69,9 @@ def identity_hash(p: dict[str, Any]) -> str:
 
 def env_key(p: dict[str, Any]) -> tuple:
     """The point's environment (ENV_FIELDS, in order); missing keys count as ""."""
-    return tuple(p.get(f) or "" for f in ENV_FIELDS)
+    g = p.get  # ENV_FIELDS, in order (spelled out: this runs once per point of every history page)
+    return (g("hardware_fingerprint") or "", g("engine_version") or "", g("engine_build") or "",
+            g("engine_commit") or "")
 
 
 def env_difference(old: tuple, new: tuple) -> str:
@@ -97,10 +103,10 @@ def _median_rank_pmf(n: int, draws: int = 200_000) -> tuple[np.ndarray, np.ndarr
     return pairs // n, pairs % n, counts / draws
 
 
-def bootstrap_change_ci(old: list[np.ndarray], new: list[np.ndarray], n_boot: int = 1000,
+def bootstrap_change_ci(old: Sequence[Sequence[float]], new: Sequence[Sequence[float]], n_boot: int = 1000,
                         seed: int = 0) -> np.ndarray:
     """95 % percentile-bootstrap intervals of median(new_i) / median(old_i) - 1 (a fraction),
-    for many pairs at once. `old[i]`, `new[i]`: 1-D float arrays (the repeats of pair i).
+    for many pairs at once. `old[i]`, `new[i]`: the repeats of pair i (1-D arrays or lists of floats).
     Returns an array of shape (len(old), 2), [lo, hi] per pair.
 
     Same estimator as benchkit.compare.speedups.bootstrap_ratio_ci (resample each side, ratio
@@ -117,8 +123,8 @@ def bootstrap_change_ci(old: list[np.ndarray], new: list[np.ndarray], n_boot: in
         groups[(len(a), len(b))].append(i)
     rng = np.random.default_rng(seed)
     for (na, nb), idx in sorted(groups.items()):
-        a = np.sort(np.stack([old[i] for i in idx]), axis=1)  # (P, na)
-        b = np.sort(np.stack([new[i] for i in idx]), axis=1)  # (P, nb)
+        a = np.sort(np.asarray([old[i] for i in idx], float), axis=1)  # (P, na)
+        b = np.sort(np.asarray([new[i] for i in idx], float), axis=1)  # (P, nb)
         with np.errstate(divide="ignore", invalid="ignore"):
             if max(na, nb) <= EXACT_MAX_REPEATS:
                 alo, ahi, aw = _median_rank_pmf(na)
@@ -206,6 +212,13 @@ def _verdict(change: float, lo: float | None, hi: float | None, direction: int, 
     return BETTER if (change > 0) == (direction > 0) else WORSE
 
 
+def _median(values: list[float]) -> float:
+    """statistics.median of a non-empty list, as a float (without its per-call overhead)."""
+    s = sorted(values)
+    n = len(s)
+    return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
+
+
 def _group(points: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for p in points:
@@ -213,8 +226,9 @@ def _group(points: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     return out
 
 
-def _values(ps: list[dict[str, Any]], metric: str) -> list[float]:
-    return [p[metric] for p in ps if p.get(metric) is not None]
+def _columns(ps: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, list[float]]:
+    """{metric: its known values over the points `ps`, in order} (None left out)."""
+    return {m: [v for p in ps if (v := p.get(m)) is not None] for m in names}
 
 
 def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, Any]], noise_pct: float = 5.0,
@@ -230,33 +244,33 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
     """
     metrics = metrics or COMPARE_METRICS
     noise = noise_pct / 100.0
+    names = tuple(metrics)
     old_g, new_g = _group(old_points), _group(new_points)
     diff = SweepDiff()
     values: dict[tuple, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
     for key, new_ps in new_g.items():
         old_ps = old_g.get(key)
-        fields_ = {f: new_ps[0][f] for f in IDENTITY_FIELDS}
+        fields_ = dict(zip(IDENTITY_FIELDS, key, strict=True))
         if old_ps is None:
             diff.only_new.append({"label": new_ps[0]["label"], **fields_, "run_ids": [p["run_id"] for p in new_ps]})
             continue
         oe, ne = env_key(old_ps[0]), env_key(new_ps[0])
-        ov = {m: _values(old_ps, m) for m in metrics}
-        nv = {m: _values(new_ps, m) for m in metrics}
+        ov, nv = _columns(old_ps, names), _columns(new_ps, names)
         values[key] = (ov, nv)
         changes = {}
         for m in metrics:
-            c = changes[m] = MetricChange(m, float(statistics.median(ov[m])) if ov[m] else None,
-                                          float(statistics.median(nv[m])) if nv[m] else None)
+            c = changes[m] = MetricChange(m, _median(ov[m]) if ov[m] else None,
+                                          _median(nv[m]) if nv[m] else None)
             if c.old is not None and c.new is not None and c.old > 0:
                 c.change_pct = (c.new / c.old - 1.0) * 100.0
         d = PointDiff(key=key, label=new_ps[0]["label"], fields=fields_, old_run_ids=[p["run_id"] for p in old_ps],
                       new_run_ids=[p["run_id"] for p in new_ps], changes=changes, verdict=UNKNOWN,
                       single_run=min(len(old_ps), len(new_ps)) < MIN_REPEATS_FOR_CI, old_env=oe, new_env=ne,
-                      apart_reason=env_difference(oe, ne))
+                      apart_reason=env_difference(oe, ne) if oe != ne else "")
         (diff.apart if d.apart_reason else diff.matched).append(d)
     for key, old_ps in old_g.items():
         if key not in new_g:
-            diff.only_old.append({"label": old_ps[0]["label"], **{f: old_ps[0][f] for f in IDENTITY_FIELDS},
+            diff.only_old.append({"label": old_ps[0]["label"], **dict(zip(IDENTITY_FIELDS, key, strict=True)),
                                   "run_ids": [p["run_id"] for p in old_ps]})
     # bootstrap CIs for every matched (metric, point) with enough repeats, vectorised per metric
     for m, direction in metrics.items():
@@ -268,8 +282,8 @@ def compare_sweeps(old_points: list[dict[str, Any]], new_points: list[dict[str, 
             ov, nv = values[d.key][0][m], values[d.key][1][m]
             if len(ov) >= MIN_REPEATS_FOR_CI and len(nv) >= MIN_REPEATS_FOR_CI:
                 todo.append(c)
-                olds.append(np.asarray(ov, float))
-                news.append(np.asarray(nv, float))
+                olds.append(ov)
+                news.append(nv)
             else:
                 c.verdict = _verdict(c.change_pct / 100.0, None, None, direction, noise)
         if todo:
