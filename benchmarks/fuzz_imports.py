@@ -47,13 +47,18 @@ def main() -> int:
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection
+    from django.db import OperationalError, connection
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
     from tests.resultfuzz import METHODS, check_import, result_files
 
-    call_command("migrate", verbosity=0)
+    try:
+        call_command("migrate", verbosity=0)
+    except OperationalError as exc:
+        print(f"fuzz_imports: cannot use the scratch database {args.database_url or '(SQLite)'}: "
+              f"{str(exc).strip()}\n(create it first, e.g. `createdb -h 127.0.0.1 -U postgres NAME`)", file=sys.stderr)
+        return 2
     print(f"database: {connection.vendor} ({connection.settings_dict['NAME']}); examples {args.examples}, "
           f"seed {args.seed}")
 
