@@ -89,6 +89,8 @@ def test_cpu_run_page_says_it_has_no_gpu_telemetry(client):
     run = stored(make_sweep(), None, [])
     html = page(client, run)
     assert NO_GPUS_NOTE in html and 'id="fig-gpu"' not in html and 'id="gpu-table"' not in html
+    # no GPU model to price: the cost row says so rather than asking for a price
+    assert "no GPUs, so no GPU-hour cost" in html and "no GPU-hour price set" not in html
 
 
 def test_telemetry_message_of_imported_gpu_and_cpu_runs():
