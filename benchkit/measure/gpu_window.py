@@ -12,6 +12,7 @@ from typing import Any
 
 from benchkit.measure import efficiency, gpu_validity
 from benchkit.measure.gpu_samples import TelemetryStream
+from benchkit.measure.metrics import METRIC_FIELDS
 
 #: What a run without GPUs records instead of a stream (the demo's CPU runs).
 NO_GPUS_NOTE = "no GPU telemetry: the run has no GPUs"
@@ -52,9 +53,7 @@ def gpu_window(stream: TelemetryStream | None, window_start_ns: int, window_end_
     flat = eff.to_flat()
     return GpuWindow(
         efficiency=eff.to_dict(),
-        flat={k: flat.get(k) for k in ("output_tok_s_per_gpu", "mean_power_w_per_gpu", "peak_power_w_per_gpu",
-                                       "energy_j", "energy_per_output_token_j", "output_tok_s_per_kw",
-                                       "energy_source")},
+        flat={f.name: flat.get(f.name) for f in METRIC_FIELDS if f.group == "efficiency"},
         gpu_check=check.to_dict() if check else None,
         suspect_messages=[f"{v.code}: {v.message}" for v in check.verdicts] if check else [],
     )
