@@ -182,3 +182,15 @@ def test_ceilings_of_the_users_grid():
     compute_bound = {p.point.label for p in points if p.concurrency == 8 and grid.ceiling(p).binding == "compute"}
     assert compute_bound == {label for label in ("b15", "b16", "b32", "b64")
                              if 8 * (int(label[1:]) + 1) > ridge8}
+
+
+def test_no_residual_degrees_of_freedom_gives_no_interval():
+    pts = [_auto(), _point("ddtree", 15, 1.2, 5.0), _point("ddtree", 31, 1.5, 6.0)]  # 2 points, 2 parameters
+    fit = fit_step_cost(pts)
+    assert fit.dof == 0 and "no interval" in fit.notes[-1]
+    est = fit.predict(20)
+    assert est.low is None and est.high is None and est.contains(1.3) is None
+    rec = recommend(pts)
+    b15 = next(p for p in rec.predictions if p.label == "b15")
+    assert b15.speedup.low is None and b15.outside_interval is None and b15.measured_speedup == pytest.approx(
+        5.0 / 1.2)

@@ -226,11 +226,12 @@ def fit_step_cost(points: Sequence[MeasuredPoint], knee_tokens_per_step: float |
     X = np.column_stack([np.ones_like(vs), vs - concurrency] + ([np.maximum(0.0, vs - knee)] if knee is not None
                                                                  else []))
     ols = _Ols.fit(X, cost - 1.0)
-    coef = tuple(float(c) for c in ols.coef) + ((0.0,) if knee is None else ())
+    fitted = [float(c) for c in ols.coef]
+    coef = (fitted[0], fitted[1], fitted[2] if knee is not None else 0.0)
     if ols.dof <= 0:
         notes.append("as many parameters as points: no residual degrees of freedom, no interval")
     return StepCostFit(
-        concurrency=concurrency, baseline_tpot_ms=base, knee_tokens_per_step=knee, coef=coef,  # type: ignore[arg-type]
+        concurrency=concurrency, baseline_tpot_ms=base, knee_tokens_per_step=knee, coef=coef,
         cov=tuple(tuple(float(x) for x in row) for row in ols.cov), residual_sd=ols.sd, dof=ols.dof,
         v_range=(int(vs.min()), int(vs.max())),
         observations=tuple((p.name, p.verified_tokens_per_step, float(c)) for p, c in zip(spec, cost, strict=True)),
@@ -404,9 +405,9 @@ def recommend(points: Sequence[MeasuredPoint], *, knee_tokens_per_step: float | 
 
 
 def _overlap(a: Estimate, b: Estimate) -> bool:
-    if None in (a.low, a.high, b.low, b.high):
+    if a.low is None or a.high is None or b.low is None or b.high is None:
         return True  # no interval: cannot be told apart
-    return a.high >= b.low and b.high >= a.low  # type: ignore[operator]
+    return a.high >= b.low and b.high >= a.low
 
 
 def _candidate(method: str, k: int, B: int, tau: Estimate, cost_fit: StepCostFit, tau_extrapolated: bool,
