@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from analysis.exports import run_export
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 from benchkit.formats.reader import load_result_file
 from benchkit.measure.metrics import METRIC_FIELDS
 from runs.models import Host, ResultFile, Run, RunMetrics, RunTransition, Sweep

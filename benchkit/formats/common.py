@@ -36,8 +36,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -51,11 +50,10 @@ from pydantic import (
 )
 
 from benchkit.configfile import FieldProblem, first_problem
+from benchkit.formats.errors import ResultFileError
+from benchkit.formats.jsontext import JsonObject
 from benchkit.formats.limits import BIGINT_MAX, INT_MAX, TEXT_LIMITS  # noqa: F401 - re-exported
 from benchkit.measure.metrics import METRIC_FIELDS, MetricField, WindowMetrics
-
-if TYPE_CHECKING:
-    from benchkit.formats.jsontext import JsonObject
 
 TOOL_VLLM = "vllm bench serve"
 TOOL_SGLANG = "sglang.bench_serving"
@@ -68,27 +66,6 @@ COMMON_DEFINITIONS = {
     "tpot": "(latency - TTFT) / (output tokens - 1) per request",
     "percentiles": "numpy.percentile, linear interpolation; std is the population std (ddof=0)",
 }
-
-def printable(text: str) -> str:
-    """`text` with every non-printable character (NUL, other controls, lone surrogates) written
-    as its Python escape, so it can be shown and printed to any terminal."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
-class ResultFileError(ValueError):
-    """A result file cannot be imported. Printed `file:line: field: reason` (line and field
-    where known); `path`, `line` (1-based), `field` (dotted key path as the file spells it) and
-    `reason` hold the parts, made printable (`printable`: a key may hold a NUL)."""
-
-    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
-        self.path = printable(str(path))
-        self.line = line
-        self.field = None if field is None else printable(field)
-        self.reason = message = printable(message)
-        where = self.path if line is None else f"{self.path}:{line}"
-        what = f"{self.field}: " if self.field else ""
-        super().__init__(f"{where}: {what}{message}")
-
 
 @dataclass
 class ImportedRun:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 
 #: Largest result file read (bytes). A `vllm bench serve --save-detailed` file of 10 000
 #: requests with 1024-token generated texts is about 80 MB.

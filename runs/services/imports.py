@@ -27,7 +27,7 @@ from pathlib import Path
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 from benchkit.formats.limits import INT_MAX, TEXT_LIMITS
 from benchkit.formats.names import NamePattern, NamePatternError
 from benchkit.formats.reader import ResultFile as ReadFile

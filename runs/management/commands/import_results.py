@@ -11,7 +11,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.engines.catalog import LAUNCHED_ENGINES
-from benchkit.formats.common import ResultFileError, printable
+from benchkit.formats.errors import ResultFileError, printable
 from benchkit.methods import METHOD_NAMES
 from runs.services.hosts import HostNameError
 from runs.services.imports import ImportOptionError, ImportReport, import_result_file, import_result_folder
