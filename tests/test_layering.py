@@ -5,6 +5,9 @@
   No module of `runs` imports `analysis`; no service imports the tasks module or the Celery app;
   no module of `benchkit` imports `runs`, `analysis` or `benchsite`; `benchsite` (settings, URLs,
   the Celery app) is the top: no app imports it (the dev stack's supervisor is `runs.localstack`).
+- Result formats (benchkit/formats/): the shared pieces (errors, jsontext, common, base, limits)
+  import no format module, the registry or the reader; a format module imports no other format
+  module, the registry or the reader; the registry imports the format modules.
 - No import circle: the graph of which module imports which (every import, at any depth of a
   file, `TYPE_CHECKING` blocks included) over benchkit, runs, analysis and benchsite has no
   cycle, so each module can be read knowing only those below it.
@@ -193,3 +196,17 @@ def test_circle_finder_finds_circles(tmp_path):
     assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.c"}
     assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"], ["pkg.d", "pkg.e"]]
     assert cycles({"x": {"y"}, "y": set()}) == []
+
+
+def test_format_modules_stand_between_the_interface_and_the_registry():
+    from benchkit.formats.registry import FORMATS
+
+    graph = import_graph(REPO, PACKAGES)
+    formats = {type(f).__module__ for f in FORMATS.values()}
+    assert formats == {"benchkit.formats.vllm_bench", "benchkit.formats.sglang_bench"}
+    above = formats | {"benchkit.formats.registry", "benchkit.formats.reader"}
+    shared = [f"benchkit.formats.{m}" for m in ("errors", "jsontext", "common", "base", "limits")]
+    bad = [f"{m} imports {t}" for m in shared for t in sorted(graph[m] & above)]
+    bad += [f"{m} imports {t}" for m in sorted(formats) for t in sorted(graph[m] & (above - {m}))]
+    assert not bad, "result-format modules against their layers:\n" + "\n".join(bad)
+    assert formats <= graph["benchkit.formats.registry"]

@@ -67,27 +67,44 @@ COMMON_DEFINITIONS = {
     "percentiles": "numpy.percentile, linear interpolation; std is the population std (ddof=0)",
 }
 
+#: The keys of `ImportedRun.workload` (see there).
+WORKLOAD_KEYS = ("input_len", "output_len", "num_prompts", "concurrency", "request_rate", "burstiness", "model",
+                 "tokenizer", "backend", "dataset", "engine")
+
+
+def make_workload(**values: Any) -> dict[str, Any]:
+    """An `ImportedRun.workload`: every key of WORKLOAD_KEYS, None unless given in `values`.
+    Raises TypeError for a key that is not one (a format author's typo, not a file's)."""
+    unknown = values.keys() - set(WORKLOAD_KEYS)
+    if unknown:
+        raise TypeError(f"not workload keys: {', '.join(sorted(unknown))} (known: {', '.join(WORKLOAD_KEYS)})")
+    return {key: values.get(key) for key in WORKLOAD_KEYS}
+
+
 @dataclass
 class ImportedRun:
     """One run read from another tool's result file.
 
-    `source_tool`: "vllm bench serve", "sglang.bench_serving" or "draftboard" (a file written by
-    `export_vllm_layout`). `source_version`: the tool or server version when the file records
-    one (SGLang's `server_info.version`, a vLLM `--metadata` key `version`/`vllm_version`),
-    else None. `definitions`: how the tool defines its numbers where they differ from or need
-    saying beside draftboard's (docs/MEASUREMENT.md), plus `derived` naming the figures computed
-    from others because the file lacks them. `metrics`: the window's figures (`WindowMetrics`,
+    `source_tool`: the tool that wrote the file, as its format names it ("vllm bench serve",
+    "sglang.bench_serving", or "draftboard" for a file written by `export_vllm_layout`).
+    `source_version`: the tool or server version when the file records one (SGLang's
+    `server_info.version`, a vLLM `--metadata` key `version`/`vllm_version`), else None.
+    `definitions`: how the tool defines its numbers where they differ from or need saying beside
+    draftboard's (docs/MEASUREMENT.md), plus `derived` naming the figures computed from others
+    because the file lacks them. `metrics`: the window's figures (`WindowMetrics`,
     acceptance figures included: acceptance_rate as a fraction, acceptance_length = tau), None
     where the file does not give a value. `spec_source`: where the acceptance figures come from,
-    None without them. `workload`: input_len, output_len (tokens, intended), num_prompts,
-    concurrency, request_rate (req/s, None = unbounded), burstiness, model, tokenizer, backend,
-    dataset, engine (the engine a draftboard export names; None otherwise), None where
-    unrecorded. `failure`: (reason code, message) when the file records a run that must not count
-    (`all_requests_failed`), else None. `per_request`: lists of equal length (input_lens,
-    output_lens, ttfts_ms, icls_ms (list per request), e2els_ms, errors) where the file has
-    them, else None. `source_extra`: every other key of the source object (unknown keys
-    included), JSON-safe. `origin`: "path" or "path:line". `source`: the parsed object, for
-    errors that name a field (`refuse`); `keys`: metric field name -> the file's key for it.
+    None without them. `workload` (`make_workload`, keys `WORKLOAD_KEYS`): input_len,
+    output_len (tokens, intended), num_prompts, concurrency, request_rate (req/s, None =
+    unbounded), burstiness, model, tokenizer, backend, dataset, engine (the engine a draftboard
+    export names; None otherwise), None where unrecorded. `failure`: (reason code, message)
+    when the file records a run that must not count (`all_requests_failed`), else None.
+    `per_request`: lists of equal length (input_lens, output_lens, ttfts_ms, icls_ms (list per
+    request), e2els_ms, errors) where the file has them, else None. `source_extra`: every other
+    key of the source object (unknown keys included), JSON-safe. `origin`: where in the source
+    the run stands, set by its format ("path", "path:line", "path#benchmarks[2]",
+    "folder/sub/file.json"). `source`: the parsed object, for errors that name a field
+    (`refuse`); `keys`: metric field name -> the file's key for it.
     """
 
     source_tool: str
