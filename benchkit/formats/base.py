@@ -145,10 +145,11 @@ class Source:
     def digest(self) -> tuple[str, int]:
         """(sha256 hex, size in bytes) of what was read: the one file's own sha256 and size when
         only the source file was read; else the sha256 of the lines `relative path NUL sha256`
-        (sorted) of every file read, and their total size. Raises ResultFileError when nothing
-        was read (a format must read what it imports)."""
+        (sorted) of every file read, and their total size. Raises RuntimeError when nothing was
+        read (a format's bug: it must read what it imports through this object)."""
         if not self._read:
-            raise ResultFileError(self.path, "nothing was read from this source")
+            raise RuntimeError(f"{self.path}: nothing was read through this Source: its format must read its files "
+                               "with Source.json / read_json / read_bytes")
         if list(self._read) == [self.path]:
             one = self._read[self.path]
             return one.sha256, one.size_bytes

@@ -32,7 +32,8 @@ class Command(BaseCommand):
             "...): one file, or a folder into one sweep with --name-pattern.")
 
     def add_arguments(self, parser):
-        parser.add_argument("path", help="a result file, or a folder of them (with --name-pattern)")
+        parser.add_argument("path", help="a result file (or a folder that a format reads as one), or a folder of "
+                                         "result files (with --name-pattern)")
         parser.add_argument("--name-pattern", default=None,
                             help="folder import: file names with tokens {tp}, {method}, {concurrency}, {output_len}, "
                                  "e.g. 'tp{tp}-{method}.json'")
@@ -50,7 +51,7 @@ class Command(BaseCommand):
                             help="default: what the file says, else the tool that wrote it")
         parser.add_argument("--format", default="auto", choices=format_choices(),
                             help="auto (the file's markers decide) or one of: "
-                                 + "; ".join(f.hint() for f in FORMATS.values()))
+                                 + "; ".join(f"{f.name} ({f.tool}: {f.reads})" for f in FORMATS.values()))
 
     def handle(self, *args, **o):
         path = Path(o["path"])
