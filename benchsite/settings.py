@@ -4,7 +4,7 @@ Environment:
 - DATABASE_URL: any dj-database-url URL (postgres://user@host:5432/db). Unset: SQLite at
   $DRAFTBOARD_VAR_DIR/draftboard.sqlite3 (the embedded default).
 - CELERY_BROKER_URL or REDIS_URL: the broker. Unset: the private Redis that `make demo` starts
-  on a unix socket under $DRAFTBOARD_VAR_DIR/redis/ (see runs/services/localstack.py).
+  on a unix socket under $DRAFTBOARD_VAR_DIR/redis/ (see runs/localstack.py).
 - DRAFTBOARD_HOST: this host's name and so its Celery queue `host.<name>` (default: hostname).
 - DRAFTBOARD_VAR_DIR: runtime state (database, logs, pid files, demo models). Default ./var.
 - DJANGO_SECRET_KEY (default: generated once into $DRAFTBOARD_VAR_DIR/secret_key), DJANGO_DEBUG,

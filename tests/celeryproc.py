@@ -26,7 +26,7 @@ from django.db import connection
 
 from benchkit.hosts import teardown
 from benchkit.sweeps import sweepfile
-from benchsite import localstack
+from runs import localstack
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTHETIC_FLAGS = REPO / "tests" / "fixtures" / "synthetic_flags.yaml"

@@ -30,7 +30,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 from benchkit.formats.limits import BIGINT_MAX, INT_MAX
 from benchkit.measure.metrics import METRIC_FIELDS
 

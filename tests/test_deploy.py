@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchsite import localstack
 from benchsite.env import ConfigError
+from runs import localstack
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = {

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from benchkit.measure.logs import decode_logs
-from benchsite import localstack
+from runs import localstack
 from runs.models import Run, RunState, RunTransition
 from runs.services.hosts import record_inventory
 from runs.services.sweeps import create_sweep, get_or_create_host

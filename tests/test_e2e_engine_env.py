@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import connection
 
 from benchkit.sweeps.sweepfile import parse_sweep
-from benchsite import localstack
+from runs import localstack
 from runs.models import Run, RunState
 from runs.services.hosts import get_or_create_host, record_inventory
 from runs.services.sweeps import create_sweep

@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from analysis.exports import run_export
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 from benchkit.formats.reader import load_result_file
 from benchkit.measure.metrics import METRIC_FIELDS
 from runs.models import Host, ResultFile, Run, RunMetrics, RunTransition, Sweep
@@ -214,13 +214,14 @@ def test_refused_import_leaves_no_new_host(tmp_path):
 
 def test_same_file_twice_reports_the_existing_runs(tmp_path):
     first = run_cmd(SGLANG, "--method", "draft_model", "--num-speculative-tokens", "4")
-    assert "imported 2 run(s)" in first
+    assert "imported 2 run(s)" in first and f"imported          {SGLANG} (sglang.bench_serving): 2 run(s)" in first
     before = counts()
     ids = list(Run.objects.order_by("id").values_list("id", flat=True))
     copy = write(tmp_path, "copy.jsonl", SGLANG.read_text())  # same bytes, other name
     again = run_cmd(copy, "--method", "draft_model", "--num-speculative-tokens", "4", "--sweep-name", "again")
     assert counts() == before
-    assert f"already imported  {copy}: run(s) {ids[0]}, {ids[1]} in sweep" in again and "nothing stored" in again
+    assert f"already imported  {copy} (sglang.bench_serving): run(s) {ids[0]}, {ids[1]} in sweep" in again
+    assert "nothing stored" in again
     report = import_result_file(SGLANG, method="ngram")
     assert report.sweep is None and [f.status for f in report.files] == ["existing"] and report.files[0].runs == ids
 

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from analysis.exports import run_export
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 from runs.models import Run, RunMetrics, Sweep
 from runs.selectors import window_of
 from runs.services.imports import import_result_file

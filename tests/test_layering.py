@@ -3,7 +3,14 @@
 - benchkit must run alone on an offline GPU host: importing any of its modules imports no Django.
 - Dependencies go one way: tasks -> services -> benchkit; analysis reads runs through selectors.
   No module of `runs` imports `analysis`; no service imports the tasks module or the Celery app;
-  no module of `benchkit` imports `runs`, `analysis` or `benchsite`.
+  no module of `benchkit` imports `runs`, `analysis` or `benchsite`; `benchsite` (settings, URLs,
+  the Celery app) is the top: no app imports it (the dev stack's supervisor is `runs.localstack`).
+- Result formats (benchkit/formats/): the shared pieces (errors, jsontext, common, base, limits)
+  import no format module, the registry or the reader; a format module imports no other format
+  module, the registry or the reader; the registry imports the format modules.
+- No import circle: the graph of which module imports which (every import, at any depth of a
+  file, `TYPE_CHECKING` blocks included) over benchkit, runs, analysis and benchsite has no
+  cycle, so each module can be read knowing only those below it.
 """
 
 from __future__ import annotations
@@ -42,6 +49,89 @@ def _py_files(folder: str) -> list[Path]:
     return sorted(p for p in (REPO / folder).rglob("*.py") if "migrations" not in p.parts)
 
 
+#: The packages whose import graph must have no cycle.
+PACKAGES = ("benchkit", "runs", "analysis", "benchsite")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """{module: the modules of `packages` it imports} for every .py file under root/<package>
+    (migrations left out). An import names the deepest known module it reaches (`from a.b import
+    c` is `a.b.c` when that is a module, else `a.b`); relative imports are resolved; a package's
+    `__init__` counts as the package."""
+    files = {(_module_name(p, root)): p for pkg in packages for p in (root / pkg).rglob("*.py")
+             if "migrations" not in p.parts}
+    known = set(files)
+
+    def deepest(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(filter(None, (deepest(a.name) for a in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets.update(filter(None, (deepest(f"{base}.{a.name}") for a in node.names)))
+        targets.discard(module)
+        graph[module] = {t for t in targets if not module.startswith(t + ".")}  # a module's own package
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of `graph` with more than one module (Tarjan's
+    algorithm, iterative), each sorted; [] when the graph has no cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
 
 
 def test_benchkit_imports_no_django():
@@ -57,10 +147,10 @@ def test_benchkit_imports_no_django():
 
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("benchkit", ("django", "runs", "analysis", "benchsite", "celery")),
-    ("runs", ("analysis",)),
+    ("runs", ("analysis", "benchsite")),
     ("runs/services", ("runs.tasks", "runs.worker", "benchsite.celery")),
     ("runs/selectors.py", ("runs.services", "runs.tasks")),
-    ("analysis", ("runs.tasks", "runs.services")),
+    ("analysis", ("runs.tasks", "runs.services", "benchsite")),
 ])
 def test_imports_go_one_way(folder, forbidden):
     """A module may only import downwards: an import listed here would run against the layers."""
@@ -79,3 +169,44 @@ def test_rule_catches_a_wrong_import(tmp_path):
     p = tmp_path / "m.py"
     p.write_text("def f():\n    from analysis import figures\n    import runs.tasks\n")
     assert {"analysis", "analysis.figures", "runs.tasks"} <= _imports(p)
+
+
+def test_no_import_circle():
+    graph = import_graph(REPO, PACKAGES)
+    assert {"benchkit.formats.jsontext", "benchkit.measure.loadgen", "runs.services.imports"} <= set(graph)
+    assert "benchkit.measure.loadworkers" in graph["benchkit.measure.loadgen"]  # the graph sees real imports
+    found = cycles(graph)
+    assert not found, "import circles (each group imports itself through the others):\n" + "\n".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_circle_finder_finds_circles(tmp_path):
+    """The graph builder resolves absolute, relative and function-level imports, and the circle
+    finder reports a three-module circle and a pair, not the acyclic rest."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ..c import x\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
+    (pkg / "d.py").write_text("from . import e\n")
+    (pkg / "e.py").write_text("import pkg.d\nimport pkg.a\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.c"}
+    assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"], ["pkg.d", "pkg.e"]]
+    assert cycles({"x": {"y"}, "y": set()}) == []
+
+
+def test_format_modules_stand_between_the_interface_and_the_registry():
+    from benchkit.formats.registry import FORMATS
+
+    graph = import_graph(REPO, PACKAGES)
+    formats = {type(f).__module__ for f in FORMATS.values()}
+    assert formats == {"benchkit.formats.vllm_bench", "benchkit.formats.sglang_bench"}
+    above = formats | {"benchkit.formats.registry", "benchkit.formats.reader"}
+    shared = [f"benchkit.formats.{m}" for m in ("errors", "jsontext", "common", "base", "limits")]
+    bad = [f"{m} imports {t}" for m in shared for t in sorted(graph[m] & above)]
+    bad += [f"{m} imports {t}" for m in sorted(formats) for t in sorted(graph[m] & (above - {m}))]
+    assert not bad, "result-format modules against their layers:\n" + "\n".join(bad)
+    assert formats <= graph["benchkit.formats.registry"]

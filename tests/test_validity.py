@@ -10,7 +10,7 @@ import pytest
 
 from benchkit.hosts.teardown import TeardownReport
 from benchkit.measure.counters import AcceptanceBoundsError, CounterResetError
-from benchkit.measure.loadgen import ClientHeadroom, ProcessHeadroom
+from benchkit.measure.loadclient import ClientHeadroom, ProcessHeadroom
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.measure.metrics import WindowMetrics, compute_run_metrics
 from benchkit.measure.validity import (

@@ -36,8 +36,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -51,11 +50,10 @@ from pydantic import (
 )
 
 from benchkit.configfile import FieldProblem, first_problem
+from benchkit.formats.errors import ResultFileError
+from benchkit.formats.jsontext import JsonObject
 from benchkit.formats.limits import BIGINT_MAX, INT_MAX, TEXT_LIMITS  # noqa: F401 - re-exported
 from benchkit.measure.metrics import METRIC_FIELDS, MetricField, WindowMetrics
-
-if TYPE_CHECKING:
-    from benchkit.formats.jsontext import JsonObject
 
 TOOL_VLLM = "vllm bench serve"
 TOOL_SGLANG = "sglang.bench_serving"
@@ -69,48 +67,44 @@ COMMON_DEFINITIONS = {
     "percentiles": "numpy.percentile, linear interpolation; std is the population std (ddof=0)",
 }
 
-def printable(text: str) -> str:
-    """`text` with every non-printable character (NUL, other controls, lone surrogates) written
-    as its Python escape, so it can be shown and printed to any terminal."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+#: The keys of `ImportedRun.workload` (see there).
+WORKLOAD_KEYS = ("input_len", "output_len", "num_prompts", "concurrency", "request_rate", "burstiness", "model",
+                 "tokenizer", "backend", "dataset", "engine")
 
 
-class ResultFileError(ValueError):
-    """A result file cannot be imported. Printed `file:line: field: reason` (line and field
-    where known); `path`, `line` (1-based), `field` (dotted key path as the file spells it) and
-    `reason` hold the parts, made printable (`printable`: a key may hold a NUL)."""
-
-    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
-        self.path = printable(str(path))
-        self.line = line
-        self.field = None if field is None else printable(field)
-        self.reason = message = printable(message)
-        where = self.path if line is None else f"{self.path}:{line}"
-        what = f"{self.field}: " if self.field else ""
-        super().__init__(f"{where}: {what}{message}")
+def make_workload(**values: Any) -> dict[str, Any]:
+    """An `ImportedRun.workload`: every key of WORKLOAD_KEYS, None unless given in `values`.
+    Raises TypeError for a key that is not one (a format author's typo, not a file's)."""
+    unknown = values.keys() - set(WORKLOAD_KEYS)
+    if unknown:
+        raise TypeError(f"not workload keys: {', '.join(sorted(unknown))} (known: {', '.join(WORKLOAD_KEYS)})")
+    return {key: values.get(key) for key in WORKLOAD_KEYS}
 
 
 @dataclass
 class ImportedRun:
     """One run read from another tool's result file.
 
-    `source_tool`: "vllm bench serve", "sglang.bench_serving" or "draftboard" (a file written by
-    `export_vllm_layout`). `source_version`: the tool or server version when the file records
-    one (SGLang's `server_info.version`, a vLLM `--metadata` key `version`/`vllm_version`),
-    else None. `definitions`: how the tool defines its numbers where they differ from or need
-    saying beside draftboard's (docs/MEASUREMENT.md), plus `derived` naming the figures computed
-    from others because the file lacks them. `metrics`: the window's figures (`WindowMetrics`,
+    `source_tool`: the tool that wrote the file, as its format names it ("vllm bench serve",
+    "sglang.bench_serving", or "draftboard" for a file written by `export_vllm_layout`).
+    `source_version`: the tool or server version when the file records one (SGLang's
+    `server_info.version`, a vLLM `--metadata` key `version`/`vllm_version`), else None.
+    `definitions`: how the tool defines its numbers where they differ from or need saying beside
+    draftboard's (docs/MEASUREMENT.md), plus `derived` naming the figures computed from others
+    because the file lacks them. `metrics`: the window's figures (`WindowMetrics`,
     acceptance figures included: acceptance_rate as a fraction, acceptance_length = tau), None
     where the file does not give a value. `spec_source`: where the acceptance figures come from,
-    None without them. `workload`: input_len, output_len (tokens, intended), num_prompts,
-    concurrency, request_rate (req/s, None = unbounded), burstiness, model, tokenizer, backend,
-    dataset, engine (the engine a draftboard export names; None otherwise), None where
-    unrecorded. `failure`: (reason code, message) when the file records a run that must not count
-    (`all_requests_failed`), else None. `per_request`: lists of equal length (input_lens,
-    output_lens, ttfts_ms, icls_ms (list per request), e2els_ms, errors) where the file has
-    them, else None. `source_extra`: every other key of the source object (unknown keys
-    included), JSON-safe. `origin`: "path" or "path:line". `source`: the parsed object, for
-    errors that name a field (`refuse`); `keys`: metric field name -> the file's key for it.
+    None without them. `workload` (`make_workload`, keys `WORKLOAD_KEYS`): input_len,
+    output_len (tokens, intended), num_prompts, concurrency, request_rate (req/s, None =
+    unbounded), burstiness, model, tokenizer, backend, dataset, engine (the engine a draftboard
+    export names; None otherwise), None where unrecorded. `failure`: (reason code, message)
+    when the file records a run that must not count (`all_requests_failed`), else None.
+    `per_request`: lists of equal length (input_lens, output_lens, ttfts_ms, icls_ms (list per
+    request), e2els_ms, errors) where the file has them, else None. `source_extra`: every other
+    key of the source object (unknown keys included), JSON-safe. `origin`: where in the source
+    the run stands, set by its format ("path", "path:line", "path#benchmarks[2]",
+    "folder/sub/file.json"). `source`: the parsed object, for errors that name a field
+    (`refuse`); `keys`: metric field name -> the file's key for it.
     """
 
     source_tool: str

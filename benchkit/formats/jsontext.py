@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 
 #: Largest result file read (bytes). A `vllm bench serve --save-detailed` file of 10 000
 #: requests with 1024-token generated texts is about 80 MB.
@@ -232,6 +232,18 @@ def _object(data: Any, path: Path, line: int, one_line: bool, text: str = "") ->
     return obj
 
 
+def read_file_bytes(path: Path) -> bytes:
+    """The bytes of the result file at `path`; ResultFileError when it cannot be read or is over
+    MAX_FILE_BYTES."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ResultFileError(path, f"{size} bytes: larger than the {MAX_FILE_BYTES} bytes a result file may have")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ResultFileError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
 @dataclass
 class JsonFile:
     """A result file read: its objects, and the sha256 (hex) and size of its bytes."""
@@ -250,13 +262,7 @@ def read_json_objects(path: str | Path) -> JsonFile:
     never returns part of a file.
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ResultFileError(path, f"{size} bytes: larger than the {MAX_FILE_BYTES} bytes a result file may have")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ResultFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    raw = read_file_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -1,85 +1,72 @@
-"""Read any supported result file: read its JSON safely (benchkit.formats.jsontext), detect which
-tool wrote each object and validate it with that format's model (`benchkit.formats.vllm_bench`,
-`benchkit.formats.sglang_bench`)."""
+"""Read any supported result source: pick its format (named, or detected from its markers by
+benchkit.formats.registry), let the format read it into runs, and check what every import needs
+whatever the format: at least one run, at most `MAX_RUNS`, and no run whose every figure is
+unknown (a document of another tool forced as this format stops here if its own checks let it
+through)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from benchkit.formats.common import ImportedRun, ResultFileError
-from benchkit.formats.jsontext import read_json_objects
-from benchkit.formats.sglang_bench import import_sglang
-from benchkit.formats.vllm_bench import import_draftboard, import_vllm
+from benchkit.formats.base import Source
+from benchkit.formats.common import ImportedRun
+from benchkit.formats.errors import ResultFileError
+from benchkit.formats.registry import AUTO, detect, get_format
+from benchkit.measure.metrics import METRIC_FIELDS
 
-FORMATS = ("auto", "vllm", "sglang")
-
-_VLLM_MARKERS = frozenset({
-    "endpoint_type", "model_id", "tokenizer_id", "num_prompts", "burstiness", "failed",
-    "total_token_throughput", "request_goodput", "mean_e2el_ms", "latencies", "best_of",
-    "spec_decode_acceptance_length",
-})
-_SGLANG_MARKERS = frozenset({
-    "dataset_name", "random_input_len", "random_output_len", "sharegpt_output_len",
-    "random_range_ratio", "total_output_tokens_retokenized", "input_throughput", "total_throughput",
-    "mean_e2e_latency_ms", "accept_length", "server_info", "concurrency",
-})
-
-
-def detect_tool(obj: dict[str, Any]) -> str | None:
-    """"vllm" or "sglang" from the keys of one result object (the draftboard export counts as
-    vllm), or None when the keys do not tell."""
-    if "draftboard" in obj:
-        return "vllm"
-    v = len(_VLLM_MARKERS & obj.keys())
-    s = len(_SGLANG_MARKERS & obj.keys())
-    if v > s:
-        return "vllm"
-    if s > v:
-        return "sglang"
-    return None
+#: Most runs one source may hold (bounded work: one import is one transaction).
+MAX_RUNS = 10_000
 
 
 @dataclass
 class ResultFile:
-    """A result file read and validated: `runs` in file order, `sha256` (hex) and `size_bytes`
-    of its bytes (the import's idempotency key)."""
+    """A result source read and validated: `runs` in source order; `sha256` (hex) and
+    `size_bytes` of the bytes read (the import's idempotency key, `Source.digest`); `format`:
+    the registry name of the format that read it; `tool`: the tool it was recognised as (or the
+    forced format's tool)."""
 
     path: Path
     sha256: str
     size_bytes: int
     runs: list[ImportedRun]
+    format: str = ""
+    tool: str = ""
 
 
-def read_result_file(path: str | Path, fmt: str = "auto") -> ResultFile:
-    """Read and validate every run in a result file of `vllm bench serve` or `sglang.bench_serving`.
+def read_result_file(path: str | Path, fmt: str = AUTO) -> ResultFile:
+    """Read and validate every run of the result file or folder at `path`.
 
-    `fmt`: "vllm", "sglang" or "auto" (each object's keys decide; see `detect_tool`). A single
-    JSON object (vLLM's `--save-result`, also pretty-printed) or JSON lines (SGLang's output,
-    vLLM's `--append-result`) are both read. Raises ResultFileError (`file:line: field: reason`)
-    for an unreadable, malformed or impossible file, an object whose tool cannot be told, or an
-    unknown `fmt`; never returns part of a file. Raises nothing else for any file content.
+    `fmt`: a registered format's name (benchkit.formats.registry.FORMATS: "vllm", "sglang", ...)
+    or "auto" (`registry.detect`: the source's markers decide; a tie or no match is refused
+    naming the candidates or the known formats). A forced format still validates what it
+    requires. Raises ResultFileError (`file:line: field: reason`) for an unreadable, malformed,
+    impossible or unrecognised source, one without runs or with more than MAX_RUNS, a run whose
+    every figure is unknown, or an unknown `fmt`; never returns part of a source. Raises nothing
+    else for any content.
     """
-    path = Path(path)
-    if fmt not in FORMATS:
-        raise ResultFileError(path, f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    text = read_json_objects(path)
+    source = Source(path)
+    if fmt == AUTO:
+        form, recognition = detect(source)
+        tool = recognition.tool
+    else:
+        form = get_format(fmt, source)
+        tool = form.tool
+    source.begin_read()
     runs = []
-    for obj in text.objects:
-        tool = fmt if fmt != "auto" else detect_tool(obj.data)
-        if tool is None:
-            raise obj.error(None, "cannot tell whether vllm bench serve or sglang.bench_serving wrote this object; "
-                                  "pass fmt='vllm' or fmt='sglang' (--format)")
-        if tool == "vllm":
-            run = import_draftboard(obj) if "draftboard" in obj.data else import_vllm(obj)
-        else:
-            run = import_sglang(obj)
-        run.origin = f"{path}:{obj.line}" if obj.one_line and len(text.objects) > 1 else str(path)
+    for run in form.read(source):
+        if len(runs) == MAX_RUNS:
+            raise ResultFileError(source.path, f"more than the {MAX_RUNS} runs one import stores")
+        if all(getattr(run.metrics, f.name) is None for f in METRIC_FIELDS):
+            reason = f"no measured figure could be read from this {tool} run: every figure is unknown"
+            raise run.source.error(None, reason) if run.source else ResultFileError(run.origin, reason)
         runs.append(run)
-    return ResultFile(path, text.sha256, text.size_bytes, runs)
+    if not runs:
+        raise ResultFileError(source.path, f"no run in this {source.kind} ({tool})")
+    sha256, size_bytes = source.digest()
+    return ResultFile(source.path, sha256, size_bytes, runs, form.name, tool)
 
 
-def load_result_file(path: str | Path, fmt: str = "auto") -> list[ImportedRun]:
-    """The runs of `read_result_file(path, fmt)`, in file order (same errors)."""
+def load_result_file(path: str | Path, fmt: str = AUTO) -> list[ImportedRun]:
+    """The runs of `read_result_file(path, fmt)`, in source order (same errors)."""
     return read_result_file(path, fmt).runs

@@ -16,14 +16,18 @@
 The summary keys are vLLM's (`MetricField.vllm_key`) but for the three in `SGLANG_KEYS`; the
 figures SGLang does not write (failed, goodput, draft counts) import as None, `failed` is counted
 from the per-request errors where the file has them.
+
+The format (`FORMAT`, registry name "sglang"): recognised by the keys in `SGLANG_MARKERS`; an
+object must hold at least one figure key of SGLang's.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator
 
+from benchkit.formats.base import JsonObjectsFormat
 from benchkit.formats.common import (
     COMMON_DEFINITIONS,
     INT_MAX,
@@ -38,6 +42,7 @@ from benchkit.formats.common import (
     _request_rate,
     extra_of,
     finish_window,
+    make_workload,
     metrics_model,
     per_request_lists,
     validate,
@@ -133,20 +138,12 @@ def import_sglang(obj: JsonObject) -> ImportedRun:
             and values.get("completed") is not None and values["completed"] <= num_prompts:
         values["failed"] = num_prompts - values["completed"]
         definitions["failed"] = "num_prompts (per-request lists) - completed: the file has no per-request errors"
-    workload = {
-        "input_len": input_len,
-        "output_len": output_len,
-        "num_prompts": num_prompts,
-        "concurrency": m.max_concurrency,
-        "request_rate": None if m.request_rate == "trace" else m.request_rate,
-        "burstiness": None,
-        "model": info.model_path or info.served_model_name,
-        "tokenizer": info.tokenizer_path,
-        "backend": m.backend,
-        "dataset": dataset,
-        "engine": None,
-    }
-    window, failure = finish_window(values, per_request, workload, definitions,
+    setup = make_workload(input_len=input_len, output_len=output_len, num_prompts=num_prompts,
+                          concurrency=m.max_concurrency,
+                          request_rate=None if m.request_rate == "trace" else m.request_rate,
+                          model=info.model_path or info.served_model_name, tokenizer=info.tokenizer_path,
+                          backend=m.backend, dataset=dataset)
+    window, failure = finish_window(values, per_request, setup, definitions,
                                     lambda name, reason: obj.error((SGLANG_FIELD_KEYS.get(name, name),), reason))
     extra = extra_of(m)
     if m.request_rate == "trace":
@@ -156,7 +153,7 @@ def import_sglang(obj: JsonObject) -> ImportedRun:
         source_version=info.version,
         definitions=definitions,
         metrics=window,
-        workload=workload,
+        workload=setup,
         spec_source=SGLANG_SPEC_SOURCE if window.acceptance_length is not None else None,
         per_request=per_request,
         source_extra=extra,
@@ -164,3 +161,28 @@ def import_sglang(obj: JsonObject) -> ImportedRun:
         source=obj,
         keys=SGLANG_FIELD_KEYS,
     )
+
+
+#: Top-level keys that sglang.bench_serving writes and `vllm bench serve` does not: how
+#: detection tells an SGLang object.
+SGLANG_MARKERS = frozenset({
+    "dataset_name", "random_input_len", "random_output_len", "sharegpt_output_len",
+    "random_range_ratio", "total_output_tokens_retokenized", "input_throughput", "total_throughput",
+    "mean_e2e_latency_ms", "accept_length", "server_info", "concurrency",
+})
+
+
+class SglangBench(JsonObjectsFormat):
+    """`sglang.bench_serving` result files (the module docstring): JSON lines, one run per line."""
+
+    name: ClassVar[str] = "sglang"
+    tool: ClassVar[str] = TOOL_SGLANG
+    reads: ClassVar[str] = "JSON lines of --output-file"
+    markers: ClassVar[frozenset[str]] = SGLANG_MARKERS
+    figure_keys: ClassVar[frozenset[str]] = frozenset(_sglang_key(f) for f in METRIC_FIELDS if f.vllm_key)
+
+    def read_object(self, obj: JsonObject) -> ImportedRun:
+        return import_sglang(obj)
+
+
+FORMAT = SglangBench()

@@ -21,17 +21,21 @@ Which vLLM key carries which draftboard figure (and vLLM's percent for the accep
 the schema's metadata (`MetricField.vllm_key`, `vllm_scale` in benchkit.measure.metrics); both
 directions go through it. The draftboard export (`export_vllm_layout`) is a vLLM-layout file
 with draftboard's own figures under "draftboard"; `import_draftboard` reads it back.
+
+The format (`FORMAT`, registry name "vllm"): recognised by the keys in `VLLM_MARKERS` (or, for
+an export, the "draftboard" block alone); an object must hold at least one vLLM figure key.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, create_model, model_validator
 
 from benchkit.engines.catalog import LaunchedEngineName
+from benchkit.formats.base import JsonObjectsFormat
 from benchkit.formats.common import (
     COMMON_DEFINITIONS,
     INT_MAX,
@@ -49,6 +53,7 @@ from benchkit.formats.common import (
     finish_window,
     json_safe,
     kept,
+    make_workload,
     metrics_model,
     per_request_lists,
     validate,
@@ -182,19 +187,9 @@ VllmExport = create_model("VllmExport", __base__=VllmResult, draftboard=(ExportB
 
 
 def _workload(m: Any) -> dict[str, Any]:
-    return {
-        "input_len": None,
-        "output_len": None,
-        "num_prompts": m.num_prompts,
-        "concurrency": m.max_concurrency,
-        "request_rate": m.request_rate,
-        "burstiness": m.burstiness,
-        "model": m.model_id,
-        "tokenizer": m.tokenizer_id,
-        "backend": m.backend or m.endpoint_type,
-        "dataset": None,
-        "engine": None,
-    }
+    return make_workload(num_prompts=m.num_prompts, concurrency=m.max_concurrency, request_rate=m.request_rate,
+                         burstiness=m.burstiness, model=m.model_id, tokenizer=m.tokenizer_id,
+                         backend=m.backend or m.endpoint_type)
 
 
 def _kept_setup(m: Any, extra: dict[str, Any]) -> dict[str, Any]:
@@ -325,3 +320,44 @@ def export_vllm_layout(
         "run": meta,
     }
     return json_safe(out)
+
+
+#: Top-level keys that `vllm bench serve` (or benchmark_serving.py) writes and
+#: sglang.bench_serving does not: how detection tells a vLLM object.
+VLLM_MARKERS = frozenset({
+    "endpoint_type", "model_id", "tokenizer_id", "num_prompts", "burstiness", "failed",
+    "total_token_throughput", "request_goodput", "mean_e2el_ms", "latencies", "best_of",
+    "spec_decode_acceptance_length",
+})
+
+
+class VllmBench(JsonObjectsFormat):
+    """`vllm bench serve` result files (the module docstring): one JSON object per run, a file of
+    one object or JSON lines; an object with a `draftboard` block is a draftboard export
+    (`import_draftboard`), any other a vLLM result (`import_vllm`)."""
+
+    name: ClassVar[str] = "vllm"
+    tool: ClassVar[str] = TOOL_VLLM
+    reads: ClassVar[str] = ("JSON of --save-result / --append-result, also benchmarks/benchmark_serving.py's "
+                            "and draftboard's own export")
+    markers: ClassVar[frozenset[str]] = VLLM_MARKERS
+    figure_keys: ClassVar[frozenset[str]] = frozenset(f.vllm_key for f in METRIC_FIELDS if f.vllm_key)
+
+    def object_score(self, obj: JsonObject) -> int:
+        """An export is recognised by its `draftboard` block alone, ahead of any marker count."""
+        return len(self.markers) + 1 if "draftboard" in obj.data else super().object_score(obj)
+
+    def tool_of(self, objects: list[JsonObject]) -> str:
+        if any("draftboard" in obj.data for obj in objects):
+            return f"{TOOL_DRAFTBOARD} export ({TOOL_VLLM} layout)"
+        return TOOL_VLLM
+
+    def require(self, obj: JsonObject) -> None:
+        if "draftboard" not in obj.data:  # an export's figures are in its block (validated there)
+            super().require(obj)
+
+    def read_object(self, obj: JsonObject) -> ImportedRun:
+        return import_draftboard(obj) if "draftboard" in obj.data else import_vllm(obj)
+
+
+FORMAT = VllmBench()

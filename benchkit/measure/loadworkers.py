@@ -14,8 +14,11 @@ for an open loop (request i stays due at t0 + its offset, whichever worker sends
 worker's cap then bounds its own share).
 
 One clock: every time in the logs is `time.perf_counter_ns()`, which on Linux reads
-CLOCK_MONOTONIC, one system-wide clock (`loadgen.clock_is_system_wide` is checked before any
-worker starts), so the workers' logs merge without any offset.
+CLOCK_MONOTONIC, one system-wide clock (`benchkit.measure.loadgen.clock_is_system_wide` is
+checked before any worker starts), so the workers' logs merge without any offset.
+
+What each worker runs is the one-process client of `benchkit.measure.loadclient` (`Driver`,
+`RequestStream`, `HeadroomSampler`), the same code `run_load` uses in its own process.
 
 Protocol (both directions on the worker's stdin/stdout, the worker's own stdout is redirected
 to stderr so stray prints cannot corrupt it): frames of a 4-byte big-endian length and a pickle.
@@ -36,7 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from benchkit.measure import loadgen
+from benchkit.measure import loadclient
 from benchkit.measure.logs import KINDS, MessageEvent, RequestLog
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import WorkloadSpec
@@ -100,7 +103,7 @@ def _read(inp: BinaryIO) -> Any:
     return pickle.loads(data)
 
 
-def _pack(streams: list[loadgen._Stream]) -> list[tuple]:
+def _pack(streams: list[loadclient.RequestStream]) -> list[tuple]:
     """Logs as plain tuples and int arrays (pickles far faster than a million dataclasses)."""
     return [
         (st.log.index, st.log.warmup, st.log.send_ns, st.log.ok, st.log.error, st.log.prompt_tokens,
@@ -131,22 +134,23 @@ async def run_workers(
     offsets_ns: list[int | None],
     request_timeout_s: float,
     api: str,
-    progress: loadgen.ProgressFn | None,
+    progress: loadclient.ProgressFn | None,
     on_window_start: Any,
     extra_body: dict | None = None,
-) -> tuple[list[RequestLog], loadgen.ClientHeadroom]:
-    """Run the load on `n_proc` worker processes (arguments as `loadgen.run_load`; `prompts`
-    warmup first, `offsets_ns[i]` the i-th measured request's due offset or None for a closed
-    loop). Returns (all logs in prompt order, the merged ClientHeadroom). Raises RuntimeError
-    naming the worker when one fails or exits early; every worker is stopped before returning."""
+) -> tuple[list[RequestLog], loadclient.ClientHeadroom]:
+    """Run the load on `n_proc` worker processes (arguments as
+    `benchkit.measure.loadgen.run_load`; `prompts` warmup first, `offsets_ns[i]` the i-th
+    measured request's due offset or None for a closed loop). Returns (all logs in prompt order,
+    the merged ClientHeadroom). Raises RuntimeError naming the worker when one fails or exits
+    early; every worker is stopped before returning."""
     n_warm, n_meas = workload.n_warmup, workload.num_prompts
     n_proc = min(n_proc, n_meas)
     cap = max(workload.concurrency, 1)
     shares = split_work(n_proc, cap, n_warm, n_meas, open_loop=offsets_ns[0] is not None)
-    root = str(Path(loadgen.__file__).resolve().parents[2])
+    root = str(Path(loadclient.__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     procs: list[asyncio.subprocess.Process] = []
-    results: list[tuple[list[RequestLog], loadgen.ProcessHeadroom]] = []
+    results: list[tuple[list[RequestLog], loadclient.ProcessHeadroom]] = []
     try:
         for cap_j, warm, meas in shares:
             proc = await asyncio.create_subprocess_exec(
@@ -207,7 +211,7 @@ async def run_workers(
                     proc.kill()
                     await proc.wait()
     logs = sorted((log for part, _ in results for log in part), key=lambda log: log.index)
-    return logs, loadgen.ClientHeadroom.merge([h for _, h in results])
+    return logs, loadclient.ClientHeadroom.merge([h for _, h in results])
 
 
 async def _send(proc: asyncio.subprocess.Process, obj: Any) -> None:
@@ -219,16 +223,17 @@ async def _send(proc: asyncio.subprocess.Process, obj: Any) -> None:
 async def _work(job: dict, inp: BinaryIO, out: BinaryIO) -> None:
     workload: WorkloadSpec = job["workload"]
 
-    def stream(i: int, p: Prompt, warmup: bool) -> loadgen._Stream:
-        return loadgen._Stream(RequestLog(index=i, warmup=warmup, send_ns=0, input_len=p.input_len,
+    def stream(i: int, p: Prompt, warmup: bool) -> loadclient.RequestStream:
+        return loadclient.RequestStream(RequestLog(index=i, warmup=warmup, send_ns=0, input_len=p.input_len,
                                           output_len=p.output_len))
 
     warm = [(stream(i, p, True), p, None) for i, p in job["warm"]]
     meas = [(stream(i, p, False), p, off) for i, p, off in job["measured"]]
     cap, timeout_s = job["cap"], job["request_timeout_s"]
-    async with loadgen._session(cap, timeout_s) as session:
-        driver = loadgen._Driver(session, loadgen._url(job["base_url"], job["api"]), job["model"], workload,
-                                 job["api"], cap, timeout_s, job.get("extra_body"))
+    async with loadclient.client_session(cap, timeout_s) as session:
+        url = loadclient.endpoint_url(job["base_url"], job["api"])
+        driver = loadclient.Driver(session, url, job["model"], workload, job["api"], cap, timeout_s,
+                                   job.get("extra_body"))
         await driver.phase(warm)
         _write(out, ("warm",))
         msg = await asyncio.to_thread(_read, inp)
@@ -238,11 +243,11 @@ async def _work(job: dict, inp: BinaryIO, out: BinaryIO) -> None:
         delay = (t0 - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
-        headroom = loadgen._Headroom()
+        headroom = loadclient.HeadroomSampler()
         headroom.start()
         items = [(st, p, None if off is None else t0 + off) for st, p, off in meas]
         await driver.phase(items, lambda: _write(out, ("progress",)))
-        part = await headroom.stop(loadgen._span_ns([st.log for st, _, _ in meas]))
+        part = await headroom.stop(loadclient.span_ns([st.log for st, _, _ in meas]))
     _write(out, ("done", _pack([st for st, _, _ in warm + meas]), part))
 
 
@@ -253,7 +258,7 @@ def main() -> int:
     inp = sys.stdin.buffer
     try:
         job = _read(inp)
-        with asyncio.Runner(loop_factory=loadgen.new_event_loop) as runner:
+        with asyncio.Runner(loop_factory=loadclient.new_event_loop) as runner:
             runner.run(_work(job, inp, out))
     except EOFError:
         return 0  # the parent went away: nothing to report to

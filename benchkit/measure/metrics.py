@@ -86,7 +86,7 @@ class MetricField:
     str, or list of floats); every field may also be None (unknown). `unit`, `label`: for display
     (`header` joins them). `group`: requests, tokens, throughput, latency, arrivals, spec_decode,
     efficiency (from the run's GPU telemetry, benchkit.measure.efficiency) or client (the load
-    client's own headroom, benchkit.measure.loadgen.ClientHeadroom).
+    client's own headroom, benchkit.measure.loadclient.ClientHeadroom).
     `vllm_key`: the key `vllm bench serve --save-result` writes the figure under
     (vllm/benchmarks/serve.py, the result dict of `benchmark()`), None where vLLM has none;
     `vllm_scale`: vLLM's value = draftboard's value x scale (100 for the acceptance rate, which
@@ -170,7 +170,7 @@ class WindowMetrics:
     `mean_power_w_per_gpu`, `peak_power_w_per_gpu` (W), `energy_j` (J, all the run's GPUs),
     `energy_per_output_token_j` (J/token), `output_tok_s_per_kw` (tok/s/kW), `energy_source`
     (`counter`, `integrated_power` or `mixed`). No cost: it depends on a price that can change,
-    so it is computed when read. Client (benchkit.measure.loadgen.ClientHeadroom over the
+    so it is computed when read. Client (benchkit.measure.loadclient.ClientHeadroom over the
     window): `client_processes`, `client_max_core_share` (the busiest client process's CPU
     share of one core), `client_loop_lag_p99_ms`, `client_loop_lag_max_ms` (worst process, ms).
     Each field's unit, label, vLLM key and bounds: `METRIC_FIELDS`.
@@ -280,7 +280,7 @@ class WindowMetrics:
         return replace(self, **{n: figures.get(n) for n in names})
 
     def with_client(self, headroom: Mapping[str, Any] | None) -> WindowMetrics:
-        """A copy with the client fields from a `benchkit.measure.loadgen.ClientHeadroom` as a
+        """A copy with the client fields from a `benchkit.measure.loadclient.ClientHeadroom` as a
         dict (`dataclasses.asdict`: processes, max_core_share, loop_lag_p99_ms, loop_lag_max_ms);
         None or {} -> the client fields None (an imported run, a run without measured requests)."""
         h = headroom or {}

@@ -88,12 +88,12 @@ _ERROR_PREFIXES = (
 
 #: `client_saturated` thresholds. One event loop runs on one core, so a client process near a full
 #: core delays every read behind the others (the issue's example bound: 90 % of one core).
-#: Event-loop lag is how late a timer due every 5 ms ran (`benchkit.measure.loadgen.LAG_INTERVAL_S`).
+#: Event-loop lag is how late a timer due every 5 ms ran (`benchkit.measure.loadclient.LAG_INTERVAL_S`).
 #: Seen on the 2-core dev machine: 0.1-0.3 ms on an idle loop (the selector's timeout
 #: granularity); p99 of 4-8 ms while a vLLM CPU server kept both cores busy (a waking process
 #: waits up to one scheduler tick, 4 ms at 250 Hz); 50-110 ms during a fresh server's first
 #: requests of a new batch size and during a full garbage-collector pass of a large process (the
-#: latter is now avoided, see loadgen._Headroom). 10 ms lies above ordinary contention and at one
+#: latter is now avoided, see loadclient.HeadroomSampler). 10 ms lies above ordinary contention and at one
 #: TPOT of a fast GPU server, where late stamps start to change ITL figures.
 CLIENT_MAX_CORE_SHARE = 0.9
 CLIENT_MAX_LOOP_LAG_P99_MS = 10.0
@@ -157,7 +157,7 @@ def request_failure_code(error: str) -> str:
 def client_saturation(client: Any, max_core_share: float = CLIENT_MAX_CORE_SHARE,
                       max_loop_lag_p99_ms: float = CLIENT_MAX_LOOP_LAG_P99_MS) -> str | None:
     """Why the load client counts as saturated, or None. `client`: a
-    `benchkit.measure.loadgen.ClientHeadroom` or its `asdict` form (`max_core_share`, 0..1 of one
+    `benchkit.measure.loadclient.ClientHeadroom` or its `asdict` form (`max_core_share`, 0..1 of one
     core; `loop_lag_p99_ms`, ms; `processes`); None breaks nothing."""
     if client is None:
         return None
@@ -231,7 +231,7 @@ def check_run(
       server's acceptance length (`window.acceptance_length`, from its counters), the result of
       `counters.cross_check(tau, metrics.mean_decode_tokens_per_chunk(logs), mean ICL / mean
       TPOT)` (code `suspect`); `counter_error` (the `counters.CounterWindowError` the counter
-      deltas raised) as its own code; `client` (a `loadgen.ClientHeadroom` or its dict) checked
+      deltas raised) as its own code; `client` (a `loadclient.ClientHeadroom` or its dict) checked
       by `client_saturation` (code `client_saturated`).
 
     Returns the violations in a fixed order (failures first, in REASON_CODES order; then

@@ -1,16 +1,20 @@
-"""Import result files of `vllm bench serve` (JSON) and `sglang.bench_serving` (JSON lines): one
-file (`import_result_file`) or a folder of them into one sweep (`import_result_folder`).
+"""Import result sources of the tools in the format registry (benchkit.formats.registry: today
+`vllm bench serve` JSON and `sglang.bench_serving` JSON lines): one file or folder a format reads
+(`import_result_file`), or a folder of result files named by a pattern into one sweep
+(`import_result_folder`).
 
-Every file passes the validated boundary (benchkit.formats.reader.read_result_file) before the
-database is touched; a file it refuses raises (or, in a folder, is listed with) its
-`ResultFileError`, `file:line: field: reason`, and stores nothing. What the file cannot say is
-given by the caller (decoding method, TP) or by the file's name (`benchkit.formats.names`), and
-checked against what the file does say (a file with acceptance figures is not `auto`; tau <=
-k + 1; a name's concurrency or output length agrees with the file's).
+Every source passes the validated boundary (benchkit.formats.reader.read_result_file: the format
+named, or the one whose markers the source carries) before the database is touched; a source it
+refuses raises (or, in a folder, is listed with) its `ResultFileError`, `file:line: field:
+reason`, and stores nothing. What the file cannot say is given by the caller (decoding method,
+TP) or by the file's name (`benchkit.formats.names`), and checked against what the file does say
+(a file with acceptance figures is not `auto`; tau <= k + 1; a name's concurrency or output
+length agrees with the file's).
 
 Each import is one transaction, host creation included: a refused file leaves no row behind.
-Each file is recorded once by the sha256 of its bytes (`ResultFile`, unique): importing it again
-reports its existing runs and creates nothing. Each run becomes a Run created in its final state
+Each source is recorded once by the sha256 of the bytes read (`ResultFile`, unique;
+benchkit.formats.base.Source.digest): importing it again reports its existing runs and creates
+nothing. Each run becomes a Run created in its final state
 (succeeded, or failed `all_requests_failed` for a file whose every request failed) with an
 `imported` history row, and RunMetrics whose `source_tool` and `definitions` record the tool's
 own metric definitions (their "ITL" is per chunk: draftboard stores it as ICL); a figure or a
@@ -27,7 +31,7 @@ from pathlib import Path
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from benchkit.formats.common import ResultFileError
+from benchkit.formats.errors import ResultFileError
 from benchkit.formats.limits import INT_MAX, TEXT_LIMITS
 from benchkit.formats.names import NamePattern, NamePatternError
 from benchkit.formats.reader import ResultFile as ReadFile
@@ -97,13 +101,15 @@ class RunChoice:
 class FileReport:
     """The outcome for one file: `status` imported (new runs), existing (imported before: its
     runs), refused (`reason`, nothing stored) or skipped (a folder file whose name does not match
-    the pattern). `runs`: run ids; `sweep_id`: the sweep holding them."""
+    the pattern). `runs`: run ids; `sweep_id`: the sweep holding them; `tool`: the tool the file
+    was read as (benchkit.formats.reader.ResultFile.tool), for imported and existing files."""
 
     path: str
     status: str
     runs: list[int] = field(default_factory=list)
     sweep_id: int | None = None
     reason: str = ""
+    tool: str = ""
 
 
 @dataclass
@@ -199,14 +205,16 @@ def _store(parsed: list[_Parsed], host: Host | str | None, sweep_name: str, sour
             if before is not None:
                 runs = list(before.runs.order_by("id").values_list("id", flat=True))
                 reports.append(FileReport(str(p.file.path), "existing", runs, before.sweep_id,
-                                          f"imported before as {before.name} (sha256 {before.sha256[:12]})"))
+                                          f"imported before as {before.name} (sha256 {before.sha256[:12]})",
+                                          p.file.tool))
                 continue
             if sweep is None:
                 sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{source}"[:500], spec=spec)
             record = ResultFile.objects.create(sha256=p.file.sha256, name=str(p.file.path)[-TEXT_LIMITS["file_name"]:],
                                                size_bytes=p.file.size_bytes, sweep=sweep,
                                                source_tool=p.file.runs[0].source_tool)
-            reports.append(FileReport(str(p.file.path), "imported", _create_runs(p, sweep, host, record), sweep.pk))
+            reports.append(FileReport(str(p.file.path), "imported", _create_runs(p, sweep, host, record), sweep.pk,
+                                      tool=p.file.tool))
     return ImportReport(sweep, reports + others)
 
 
@@ -223,8 +231,9 @@ def import_result_file(path: str | Path, host: Host | str | None = None, sweep_n
                        method: str = "auto", num_speculative_tokens: int | None = None,
                        tree_budget: int | None = None, tp: int = 1, engine: str | None = None, fmt: str = "auto",
                        aliases: dict[str, str] | None = None) -> ImportReport:
-    """Store every run of the result file at `path` in a new sweep (default name: the file's name),
-    or report its runs when the same bytes were imported before.
+    """Store every run of the result source at `path` (a file, or a folder that a folder format
+    reads) in a new sweep (default name: its name), or report its runs when the same bytes were
+    imported before. `fmt`: a registered format's name, or "auto" (the source's markers decide).
 
     The file does not reliably say which decoding method produced it, so the caller does:
     `method` (a name or a token such as `b15`, `linear`, an alias from `aliases`),

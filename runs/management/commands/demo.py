@@ -22,8 +22,7 @@ from tqdm import tqdm
 
 from benchkit.compare.speedups import compute_speedups
 from benchkit.engines.demo_models import build_demo_models
-from benchsite import localstack
-from runs import selectors
+from runs import localstack, selectors
 from runs.models import Sweep
 from runs.services import sweeps
 from runs.services.hosts import get_or_create_host, record_inventory

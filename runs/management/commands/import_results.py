@@ -1,9 +1,11 @@
 """`python manage.py import_results PATH [--method M] [--name-pattern P] [--sweep-name N] ...`.
 
-PATH is one result file, or a folder whose files are named by `--name-pattern` (e.g. the users'
-`bench_results/` with `'tp{tp}-{method}.json'`), imported into one sweep. Prints one line per
-file (imported / already imported / refused with its reason / skipped); exits non-zero when a
-file was refused (the others are imported all the same).
+PATH is one result file (or a folder that a folder format reads), or a folder whose files are
+named by `--name-pattern` (e.g. the users' `bench_results/` with `'tp{tp}-{method}.json'`),
+imported into one sweep. `--format` is `auto` (the file's markers decide) or a format of the
+registry (benchkit.formats.registry: its choices and help are derived from it). Prints one line
+per file (imported as which tool / already imported / refused with its reason / skipped); exits
+non-zero when a file was refused (the others are imported all the same).
 """
 
 from pathlib import Path
@@ -11,7 +13,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.engines.catalog import LAUNCHED_ENGINES
-from benchkit.formats.common import ResultFileError, printable
+from benchkit.formats.errors import ResultFileError, printable
+from benchkit.formats.registry import FORMATS, format_choices
 from benchkit.methods import METHOD_NAMES
 from runs.services.hosts import HostNameError
 from runs.services.imports import ImportOptionError, ImportReport, import_result_file, import_result_folder
@@ -25,11 +28,12 @@ def _alias(text: str) -> tuple[str, str]:
 
 
 class Command(BaseCommand):
-    help = ("Import `vllm bench serve` JSON / `sglang.bench_serving` JSONL result files: one file, or a folder "
-            "into one sweep with --name-pattern.")
+    help = ("Import result files of the tools in the format registry (vllm bench serve, sglang.bench_serving, "
+            "...): one file, or a folder into one sweep with --name-pattern.")
 
     def add_arguments(self, parser):
-        parser.add_argument("path", help="a result file, or a folder of them (with --name-pattern)")
+        parser.add_argument("path", help="a result file (or a folder that a format reads as one), or a folder of "
+                                         "result files (with --name-pattern)")
         parser.add_argument("--name-pattern", default=None,
                             help="folder import: file names with tokens {tp}, {method}, {concurrency}, {output_len}, "
                                  "e.g. 'tp{tp}-{method}.json'")
@@ -45,7 +49,9 @@ class Command(BaseCommand):
         parser.add_argument("--tp", type=int, default=1)
         parser.add_argument("--engine", default=None, choices=LAUNCHED_ENGINES,
                             help="default: what the file says, else the tool that wrote it")
-        parser.add_argument("--format", default="auto", choices=["auto", "vllm", "sglang"])
+        parser.add_argument("--format", default="auto", choices=format_choices(),
+                            help="auto (the file's markers decide) or one of: "
+                                 + "; ".join(f"{f.name} ({f.tool}: {f.reads})" for f in FORMATS.values()))
 
     def handle(self, *args, **o):
         path = Path(o["path"])
@@ -53,15 +59,18 @@ class Command(BaseCommand):
         common = dict(host=o["host"], sweep_name=o["sweep_name"], num_speculative_tokens=o["num_speculative_tokens"],
                       tree_budget=o["tree_budget"], tp=o["tp"], engine=o["engine"], fmt=o["format"], aliases=aliases)
         try:
-            if path.is_dir():
-                if not o["name_pattern"]:
-                    raise CommandError(f"{path} is a folder: give --name-pattern, e.g. 'tp{{tp}}-{{method}}.json'")
+            if path.is_dir() and o["name_pattern"]:
                 report = import_result_folder(path, o["name_pattern"], method=o["method"], **common)
             else:
                 if o["method"] is None:
-                    raise CommandError("--method is required for a single file (e.g. auto, linear, b15)")
+                    raise CommandError(f"--method is required for a single {'folder' if path.is_dir() else 'file'} "
+                                       "(e.g. auto, linear, b15)")
                 report = import_result_file(path, method=o["method"], **common)
-        except (ResultFileError, ImportOptionError, HostNameError) as exc:
+        except ResultFileError as exc:
+            hint = ("; a folder of result files, one per configuration, is imported with --name-pattern, e.g. "
+                    "'tp{tp}-{method}.json'") if path.is_dir() and not o["name_pattern"] else ""
+            raise CommandError(f"{exc}{hint}") from None
+        except (ImportOptionError, HostNameError) as exc:
             raise CommandError(str(exc)) from None
         self._summary(report)
 
@@ -69,10 +78,10 @@ class Command(BaseCommand):
         for f in report.files:
             f.path = printable(f.path)
             if f.status == "imported":
-                self.stdout.write(f"imported          {f.path}: {len(f.runs)} run(s) {_ids(f.runs)}")
+                self.stdout.write(f"imported          {f.path} ({f.tool}): {len(f.runs)} run(s) {_ids(f.runs)}")
             elif f.status == "existing":
-                self.stdout.write(f"already imported  {f.path}: run(s) {_ids(f.runs)} in sweep {f.sweep_id} "
-                                  f"({f.reason}); nothing stored")
+                self.stdout.write(f"already imported  {f.path} ({f.tool}): run(s) {_ids(f.runs)} in sweep "
+                                  f"{f.sweep_id} ({f.reason}); nothing stored")
             elif f.status == "skipped":
                 self.stdout.write(f"skipped           {f.path}: {f.reason}")
         for f in report.of("refused"):

@@ -5,7 +5,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from benchsite.localstack import stop_all
+from runs.localstack import stop_all
 
 
 class Command(BaseCommand):

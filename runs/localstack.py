@@ -1,5 +1,9 @@
 """Start (or reuse) the local processes the demo needs: Redis, web server, Celery worker, beat.
 
+The dev stack's supervisor, used by `manage.py demo` and `manage.py stop_services` (and the
+tests that need a broker); it lives in the runs app beside those commands, not in the settings
+package, which only reads the environment and imports nothing of the apps but the URLconf.
+
 Each process runs in its own session with a pid file under `<var>/pids/` and a log under
 `<var>/logs/`, so a second `make demo` finds and reuses it, and `make stop` ends it.
 The embedded Redis: when neither CELERY_BROKER_URL nor REDIS_URL is set, a private

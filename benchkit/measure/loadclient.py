@@ -1,0 +1,480 @@
+"""One load-client process: the request it sends, how it reads the answer's event stream, what it
+records, and how busy the process itself was (used by `benchkit.measure.loadgen` in its own
+process and by each `benchkit.measure.loadworkers` worker).
+
+Each request is `POST /v1/completions` (or `/v1/chat/completions` with `api="chat"`) with
+`stream: true`, `stream_options: {"include_usage": true, "continuous_usage_stats": true}`,
+`max_tokens = output_len`, `ignore_eos` (a vLLM/SGLang extra parameter), `temperature` and
+`seed`. The response is an event stream (`benchkit.measure.sse`: WHATWG framing, CRLF/LF/CR,
+comments, multi-line data, BOM; bytes decoded once an event is complete). Each event is stamped
+with the time of the read that completed it (`time.perf_counter_ns`). For every message the
+client records the output tokens it carried:
+
+- from the server's cumulative `usage.completion_tokens` (delta to the previous message) when
+  the message has usage (vLLM sends it on every chunk with `continuous_usage_stats`);
+- else from the choice's `token_ids` list when present (vLLM `return_token_ids`);
+- else from the text: one token per message with non-empty text (exact for servers that stream
+  one token per message, an undercount with speculative decoding), and the request is flagged
+  `tokens_from_text`.
+
+A message with empty `choices` and a `usage` object is the final usage-only message (kind
+`usage`, 0 tokens); its `prompt_tokens` / `completion_tokens` are the server's counts. Chat
+deltas carrying `reasoning` (vLLM >= 0.10) or `reasoning_content` (older vLLM, SGLang) are kind
+`reasoning` and their tokens count as output tokens.
+
+A request is complete only when the stream says so: a choice with a `finish_reason`, the final
+usage-only message, or `data: [DONE]`. Per-request failures are recorded in `RequestLog.error`
+(never raised), starting with a stable prefix (`request_failure_code` in
+`benchkit.measure.validity` maps them to codes):
+
+- `http 500: ...` non-2xx answer; `timeout after X s`; `transport: ...` (connection error);
+- `stream error: ...` an in-band error object (`data: {"error": ...}` or an `event: error`);
+- `error body: ...` a 2xx answer whose body is a JSON error object instead of an event stream
+  (the server's message is kept);
+- `bad_stream: ...` invalid UTF-8 in an event, event data that is not a JSON object, or a body
+  that is no event stream at all;
+- `truncated_stream: ...` the stream closed without a finish reason, usage message or [DONE].
+
+Client headroom (MEASUREMENT.md, "The client can be the bottleneck"): over the measured window
+each client process records its CPU time and its event-loop lag (how late a timer that should
+fire every `LAG_INTERVAL_S` actually ran) with `HeadroomSampler`; `ClientHeadroom` summarises
+them (`LoadResult.client`) and `benchkit.measure.validity` marks a saturated client's run
+suspect (`client_saturated`).
+
+Transport: aiohttp (its streaming path costs less CPU per message than httpx's: on one core the
+httpx version sustained about 0.43x the tokens/s of `vllm bench serve`'s client). Event loop:
+uvloop where it is installed (it is in vLLM's and the GPU image's environments; measured about
+10 % less client CPU per token than asyncio's own loop on the 2-core dev machine), else asyncio's;
+`ClientHeadroom.event_loop` records which. Where one client process spends its time (py-spy,
+asyncio loop, 16 streams at 40k tok/s from the synthetic server): socket reads 25 %, epoll 22 %
+(partly waiting), aiohttp's per-HTTP-chunk path 17 %, JSON decoding 13 %, asyncio's loop 9 %,
+message bookkeeping here 9 %, the event-stream parser 5 %. The parser and bookkeeping were
+rewritten for that profile (about 35 % less CPU per event than the line-splitting code before,
+and no per-event objects kept during the window); the rest is per read and per HTTP chunk,
+which only more processes can spread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+import json
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+import numpy as np
+
+from benchkit.measure.logs import KINDS, MessageEvent, RequestLog
+from benchkit.measure.sse import SSEError, SSEParser
+from benchkit.measure.workloads import Prompt
+from benchkit.specs import WorkloadSpec
+
+APIS = ("completions", "chat")
+
+ProgressFn = Callable[[int, int], None]
+
+#: Event-loop lag probe: a timer due every this many seconds; its lateness is one lag sample.
+LAG_INTERVAL_S = 0.005
+#: Bytes of a response body kept for the failure message when no event arrived.
+_HEAD_BYTES = 4096
+
+_json_decode = json.JSONDecoder().decode
+_DONE = "[DONE]"
+_REASONING, _CONTENT, _USAGE = (KINDS.index(k) for k in ("reasoning", "content", "usage"))
+
+
+@dataclass
+class ProcessHeadroom:
+    """One client process over its measured window.
+
+    `cpu_s`: CPU time (user + system, all threads, `time.process_time`) spent in the window (s).
+    `wall_s`: the window as this process saw it, from its first measured send to the end of its
+    last measured request (s). `core_share`: cpu_s / wall_s (1.0 = one core fully busy).
+    `loop_lag_*_ms`: event-loop lag (ms): how late a timer due every LAG_INTERVAL_S ran, over
+    `lag_samples` samples; None without samples. The floor on an idle loop is about 0.1-0.3 ms
+    (the selector's timeout granularity). `gc_pauses` / `gc_pause_max_ms`: garbage-collector
+    passes in the window and the longest (ms); every one stalls the loop.
+    """
+
+    cpu_s: float
+    wall_s: float
+    core_share: float
+    loop_lag_p50_ms: float | None
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    lag_samples: int
+    gc_pauses: int = 0
+    gc_pause_max_ms: float | None = None
+
+
+@dataclass
+class ClientHeadroom:
+    """The load client's own load over the measured window (all its processes).
+
+    `processes`: client processes. `cpu_s`: CPU seconds summed over them. `max_core_share`:
+    the busiest process's CPU share of one core (0..1; a single-threaded event loop cannot use
+    more than one core). `loop_lag_p99_ms` / `loop_lag_max_ms`: the worst process's p99 and
+    maximum event-loop lag (ms), None without samples. `per_process`: each process's figures.
+    `event_loop`: "uvloop" or "asyncio" (what `new_event_loop` gives here).
+    """
+
+    processes: int
+    cpu_s: float
+    max_core_share: float
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    per_process: list[ProcessHeadroom] = field(default_factory=list)
+    event_loop: str = ""
+
+    @classmethod
+    def merge(cls, parts: list[ProcessHeadroom]) -> ClientHeadroom:
+        """Combine per-process figures (sum of CPU, worst share, worst lag)."""
+        p99 = [p.loop_lag_p99_ms for p in parts if p.loop_lag_p99_ms is not None]
+        mx = [p.loop_lag_max_ms for p in parts if p.loop_lag_max_ms is not None]
+        return cls(
+            processes=len(parts),
+            cpu_s=sum(p.cpu_s for p in parts),
+            max_core_share=max((p.core_share for p in parts), default=0.0),
+            loop_lag_p99_ms=max(p99) if p99 else None,
+            loop_lag_max_ms=max(mx) if mx else None,
+            per_process=list(parts),
+            event_loop=event_loop_name(),
+        )
+
+
+def event_loop_name() -> str:
+    """"uvloop" when uvloop is importable here (then `new_event_loop` uses it), else "asyncio"."""
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A fresh event loop for the load client: uvloop's when installed, else asyncio's."""
+    if event_loop_name() == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str, extra_body: dict | None = None) -> dict:
+    """The JSON body of one streaming request for `api` ("completions" or "chat"); `extra_body`
+    keys are added last (they win), as `vllm bench serve --extra-body` does."""
+    body: dict = {
+        "model": model,
+        "max_tokens": prompt.output_len,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": workload.ignore_eos,
+        "temperature": workload.temperature,
+        "seed": workload.seed,
+    }
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt.text}]
+    else:
+        body["prompt"] = prompt.text
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def _error_text(doc: object) -> str:
+    """The message of an OpenAI/vLLM/SGLang error object (`{"error": {"message": ...}}`,
+    `{"object": "error", "message": ...}`, `{"error": "text"}`), else its JSON; at most 300
+    characters."""
+    text = None
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            text = err["message"]
+        elif isinstance(err, str):
+            text = err
+        elif isinstance(doc.get("message"), str):
+            text = doc["message"]
+    elif isinstance(doc, str):
+        text = doc
+    return (text if text is not None else json.dumps(doc))[:300]
+
+
+def _body_failure(raw: bytes, status: int, content_type: str) -> str:
+    """Failure message for a 2xx body that is not an event stream (`raw`: its first bytes)."""
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and ("error" in doc or doc.get("object") == "error"):
+        return f"error body: HTTP {status} {content_type or 'no content type'}: {_error_text(doc)}"
+    if isinstance(doc, dict) and "choices" in doc:
+        return f"bad_stream: HTTP {status} answered one JSON completion, not an event stream"
+    if not text:
+        return f"truncated_stream: HTTP {status} with an empty body"
+    return f"bad_stream: HTTP {status} {content_type or 'no content type'} body is not an event stream: {text[:200]!r}"
+
+
+class RequestStream:
+    """Turns the events of one response into message records and says when the stream is done.
+
+    During the run the records are kept in flat arrays (`t_ns`, `tokens`, `kinds`), not as
+    MessageEvent objects: a million long-lived objects make the garbage collector's full passes
+    take tens of ms, which would stall the event loop and delay time stamps. `materialize()`
+    builds `log.events` once the phase is over.
+    """
+
+    __slots__ = ("log", "cum", "finished", "events_seen", "t_ns", "tokens", "kinds")
+
+    def __init__(self, log: RequestLog):
+        self.log = log
+        self.cum = 0  # last cumulative completion_tokens seen
+        self.finished = False  # a finish reason, the final usage message or [DONE] arrived
+        self.events_seen = 0
+        self.t_ns = array("q")
+        self.tokens = array("q")
+        self.kinds = bytearray()
+
+    def on_event(self, event_type: str, data: str, t_ns: int) -> str | None:
+        """Record one event; returns _DONE after [DONE], an error string, or None."""
+        self.events_seen += 1
+        if data == _DONE:
+            self.finished = True
+            return _DONE
+        try:
+            msg = _json_decode(data)
+        except ValueError:
+            if event_type == "error":
+                return f"stream error: {data[:300]}"
+            return f"bad_stream: event data is not JSON: {data[:200]!r}"
+        if event_type == "error":
+            return f"stream error: {_error_text(msg)}"
+        if type(msg) is not dict:
+            return f"bad_stream: event data is not a JSON object: {data[:200]!r}"
+        try:
+            return self._message(msg, t_ns)
+        except (AttributeError, TypeError, IndexError, KeyError) as exc:
+            return f"bad_stream: unexpected message shape ({type(exc).__name__}: {exc}): {data[:200]!r}"
+
+    def _message(self, msg: dict, t_ns: int) -> str | None:
+        choices = msg.get("choices")
+        usage = msg.get("usage")
+        if type(usage) is not dict:
+            usage = None
+        if not choices:
+            if "error" in msg or msg.get("object") == "error":
+                return f"stream error: {_error_text(msg)}"
+            if usage is not None:
+                self._final_usage(usage)
+                self.finished = True  # the usage-only message comes after every choice finished
+                self._record(t_ns, 0, _USAGE)
+            return None
+        choice = choices[0]
+        if choice.get("finish_reason") is not None:
+            self.finished = True
+        delta = choice.get("delta")
+        if type(delta) is dict:  # chat
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+            content = delta.get("content") or ""
+        else:
+            reasoning, content = "", choice.get("text") or ""
+        kind = _REASONING if reasoning and not content else _CONTENT
+        completion = usage.get("completion_tokens") if usage is not None else None
+        if type(completion) is int:
+            tokens = completion - self.cum
+            self.cum = completion
+            self._final_usage(usage)
+        elif isinstance(choice.get("token_ids"), list):
+            tokens = len(choice["token_ids"])
+            self.cum += tokens
+        else:
+            tokens = 1 if (reasoning or content) else 0
+            self.cum += tokens
+            self.log.tokens_from_text = True
+        self._record(t_ns, tokens, kind)
+        return None
+
+    def _record(self, t_ns: int, tokens: int, kind: int) -> None:
+        self.t_ns.append(t_ns)
+        self.tokens.append(tokens)
+        self.kinds.append(kind)
+
+    def _final_usage(self, usage: dict) -> None:
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if type(prompt) is int:
+            self.log.prompt_tokens = prompt
+        if type(completion) is int:
+            self.log.completion_tokens = completion
+
+    def truncated(self) -> str:
+        """Failure message for a stream that ended without saying it was complete."""
+        return (
+            f"truncated_stream: the stream ended after {self.cum} output tokens in {self.events_seen} "
+            "events without a finish reason, a final usage message or [DONE]"
+        )
+
+    def materialize(self) -> RequestLog:
+        """Write the recorded messages into `log.events` (once, after the phase) and return the log."""
+        self.log.events = [MessageEvent(t, n, KINDS[k]) for t, n, k in zip(self.t_ns, self.tokens, self.kinds,
+                                                                               strict=True)]
+        return self.log
+
+
+async def send_request(
+    session: aiohttp.ClientSession, url: str, body: dict, stream: RequestStream, timeout_s: float
+) -> None:
+    """Send one request and fill `stream` (and its log); never raises (except cancellation)."""
+    log = stream.log
+    perf_ns = time.perf_counter_ns
+    log.send_ns = perf_ns()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, json=body) as resp:
+                if resp.status // 100 != 2:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                    log.ok, log.error = False, f"http {resp.status}: {text[:300]}"
+                    return
+                if resp.content_type == "application/json":
+                    log.ok, log.error = False, _body_failure(await resp.read(), resp.status, resp.content_type)
+                    return
+                parser = SSEParser()
+                head = b""
+                async for chunk in resp.content.iter_any():
+                    t_ns = perf_ns()
+                    events = parser.feed(chunk)
+                    if not parser.events_dispatched and len(head) < _HEAD_BYTES:
+                        head += chunk[: _HEAD_BYTES - len(head)]
+                    for event_type, data in events:
+                        err = stream.on_event(event_type, data, t_ns)
+                        if err is not None:
+                            if err is not _DONE:
+                                log.ok, log.error = False, err
+                            return
+                if not stream.finished:
+                    log.ok = False
+                    if stream.events_seen:
+                        log.error = stream.truncated()
+                    else:
+                        log.error = _body_failure(head, resp.status, resp.content_type)
+    except SSEError as exc:
+        log.ok, log.error = False, f"bad_stream: {exc}"
+    except TimeoutError:
+        log.ok, log.error = False, f"timeout after {timeout_s} s"
+    except aiohttp.ClientError as exc:
+        log.ok, log.error = False, f"transport: {type(exc).__name__}: {exc}"[:400]
+    finally:
+        log.end_ns = perf_ns()
+
+
+class HeadroomSampler:
+    """Samples this process's CPU time, event-loop lag and garbage-collector pauses between
+    `start()` and `stop()`.
+
+    While sampling, the objects that existed at `start()` are frozen out of the garbage collector
+    (`gc.freeze()`, undone by `stop()`): a full pass over a large process (a Celery worker, a
+    test session) took about 110 ms here and stalled the loop, delaying every time stamp in it;
+    frozen, a pass only scans what the window itself allocated.
+    """
+
+    def __init__(self, interval_s: float = LAG_INTERVAL_S):
+        self.interval_s = interval_s
+        self.lags_ns: list[int] = []
+        self.gc_ns: list[int] = []
+        self._gc_t0 = 0
+        self._task: asyncio.Task | None = None
+        self._cpu0 = 0
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter_ns()
+        elif self._gc_t0:
+            self.gc_ns.append(time.perf_counter_ns() - self._gc_t0)
+
+    def start(self) -> None:
+        gc.freeze()
+        gc.callbacks.append(self._on_gc)
+        self._cpu0 = time.process_time_ns()
+        self._task = asyncio.create_task(self._probe())
+
+    async def _probe(self) -> None:
+        interval_ns = round(self.interval_s * 1e9)
+        while True:
+            due = time.perf_counter_ns() + interval_ns
+            await asyncio.sleep(self.interval_s)
+            self.lags_ns.append(max(0, time.perf_counter_ns() - due))
+
+    async def stop(self, wall_ns: int) -> ProcessHeadroom:
+        """Stop sampling; `wall_ns` is this process's window length (ns)."""
+        cpu_s = (time.process_time_ns() - self._cpu0) / 1e9
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        gc.unfreeze()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        lags = np.asarray(self.lags_ns, dtype=float) / 1e6
+        wall_s = max(wall_ns, 1) / 1e9
+        return ProcessHeadroom(
+            cpu_s=cpu_s,
+            wall_s=wall_s,
+            core_share=cpu_s / wall_s,
+            loop_lag_p50_ms=float(np.percentile(lags, 50)) if lags.size else None,
+            loop_lag_p99_ms=float(np.percentile(lags, 99)) if lags.size else None,
+            loop_lag_max_ms=float(lags.max()) if lags.size else None,
+            lag_samples=int(lags.size),
+            gc_pauses=len(self.gc_ns),
+            gc_pause_max_ms=max(self.gc_ns) / 1e6 if self.gc_ns else None,
+        )
+
+
+class Driver:
+    """Sends requests of one client process: one aiohttp session, at most `cap` in flight."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, model: str, workload: WorkloadSpec,
+                 api: str, cap: int, timeout_s: float, extra_body: dict | None = None):
+        self.session, self.url, self.model, self.workload, self.api = session, url, model, workload, api
+        self.extra_body = extra_body
+        self.sem = asyncio.Semaphore(max(cap, 1))
+        self.timeout_s = timeout_s
+
+    async def phase(self, items: list[tuple[RequestStream, Prompt, int | None]],
+                    on_done: Callable[[], object] | None = None) -> None:
+        """Run `(stream, prompt, due_ns or None)` items, each sent at its due time (or as soon as
+        a slot is free); `on_done()` (may return an awaitable) after each request ends."""
+
+        async def send(stream: RequestStream, prompt: Prompt, due_ns: int | None) -> None:
+            if due_ns is not None:
+                delay = (due_ns - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            async with self.sem:
+                body = build_body(prompt, self.model, self.workload, self.api, self.extra_body)
+                await send_request(self.session, self.url, body, stream, self.timeout_s)
+
+        tasks = [asyncio.create_task(send(*item)) for item in items]
+        try:
+            for fut in asyncio.as_completed(tasks):
+                await fut
+                if on_done is not None:
+                    res = on_done()
+                    if asyncio.iscoroutine(res):
+                        await res
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def client_session(cap: int, request_timeout_s: float) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=max(cap, 1), force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(30.0, request_timeout_s))
+    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+
+def endpoint_url(base_url: str, api: str) -> str:
+    return base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+
+
+def span_ns(logs: list[RequestLog]) -> int:
+    """From the first send to the last end of `logs` (ns)."""
+    return max(log.end_ns for log in logs) - min(log.send_ns for log in logs)
