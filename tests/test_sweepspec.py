@@ -373,10 +373,10 @@ def test_every_refusal_is_listed_in_file_order_and_data_without_lines_still_name
         "admin YAML:8: grid.tp[2]: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]",
         "admin YAML:10: gpus.2: pinned GPUs [7] are not on the host: the host has 2 GPUs [0, 1]",
     ]
-    assert fit.refused_runs == 2 and [r.server.tp for r in fit.runs] == [1]
+    assert [len(r.runs) for r in fit.refused] == [1, 1] and [r.server.tp for r in fit.runs] == [1]
     with pytest.raises(PointsRefused) as err:
         spec.expand_on(h200_inventory())
-    assert len(err.value.refusals) == 2 and len(str(err.value).splitlines()) == 2
+    assert err.value.n_runs == 2 and len(str(err.value).splitlines()) == 2
     data = {"name": "t", "engine": "vllm", "model": "/m", "grid": {"methods": ["auto"], "tp": [1, 4]}}
     refusal = parse_sweep(data, "x.yaml").fit_on(h200_inventory(), "h").refused[0]
     assert str(refusal) == "x.yaml: grid.tp[1]: host h: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]"

@@ -146,6 +146,11 @@ class PointsRefused(SweepError):
     def __str__(self) -> str:
         return self.args[0]
 
+    @property
+    def n_runs(self) -> int:
+        """How many runs are refused (over every host)."""
+        return sum(len(r.runs) for r in self.refusals)
+
 
 # --------------------------------------------------------------------------------------------
 # the file's layout
@@ -578,11 +583,6 @@ class HostFit:
     gpu_plan: dict[int, Allocation]
     runs: list[RunSpec]
     refused: list[Refusal]
-
-    @property
-    def refused_runs(self) -> int:
-        """How many runs the host cannot hold."""
-        return sum(len(r.runs) for r in self.refused)
 
 
 def _substitute(obj: Any, variables: dict[str, str], source: str, root: Any, loc: tuple = ()) -> Any:

@@ -50,7 +50,7 @@ class Command(BaseCommand):
                                            enqueue=not opts["no_enqueue"])
         except PointsRefused as exc:
             hosts = ", ".join(dict.fromkeys(r.host for r in exc.refusals))
-            n = sum(len(r.runs) for r in exc.refusals)
+            n = exc.n_runs
             raise CommandError(f"{exc}\n{n} run{'s' if n != 1 else ''} refused: host {hosts} cannot hold "
                                f"{'them' if n != 1 else 'it'}; nothing was stored") from None
         except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:
