@@ -4,7 +4,8 @@ sweep on this GPU host with no database and no broker and write an offline bundl
 `manage.py ingest bundle/` or `POST /api/ingest/` (README, "Offline hosts").
 
 Exit status: 0 when every run succeeded, 1 when some run failed (the bundle holds it with its
-reason), 2 for a bad sweep file, host name or output folder (nothing run).
+reason), 2 for a bad sweep file (runs the host cannot hold included: TP above its GPU count, a
+pinned GPU it lacks, a NUMA crossing the file forbids), host name or output folder (nothing run).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               progress=False if args.no_progress else None)
     except (SweepError, AllocationError, FileExistsError, ValueError, OSError) as exc:
         reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        print(f"error: {reason}", file=sys.stderr)
+        for line in reason.splitlines():  # PointsRefused: one `file:line: field: reason` per TP degree
+            print(f"error: {line}", file=sys.stderr)
+        print("nothing ran", file=sys.stderr)
         return 2
     m = summary.manifest
     print(f"bundle {summary.out}: {summary.succeeded} succeeded, {summary.failed} failed, host {m.host}, "

@@ -22,7 +22,7 @@ from benchkit.engines.catalog import ENGINES
 from benchkit.hosts.allocation import AllocationError
 from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.methods import METHOD_NAMES
-from benchkit.sweeps.sweepfile import SweepError
+from benchkit.sweeps.sweepfile import PointsRefused, SweepError
 from runs import models
 from runs.forms import AcknowledgeForm, InvalidateForm, SweepYamlForm
 from runs.services import dispatch, hosts, ingest, invalidation, policy, regressions, sweeps
@@ -203,6 +203,9 @@ class SweepAdmin(admin.ModelAdmin):
                 for problem in exc.problems:
                     form.add_error("grid", f"not allowed: {problem} (a superuser may set it)")
                 status = 403
+            except PointsRefused as exc:  # one error per TP degree a host cannot hold, each located in the YAML
+                for refusal in exc.refusals:
+                    form.add_error("grid", str(refusal))
             except (AllocationError, SweepError, dispatch.BrokerUnavailable) as exc:
                 form.add_error("grid", str(exc))
             else:

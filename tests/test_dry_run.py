@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
+from django.contrib.auth.models import Permission, User
+from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from benchkit.engines.server import ManagedServer
 from runs.models import GpuLease, HardwareSnapshot, Host, Run, RunTransition, Sweep
@@ -19,7 +21,7 @@ from runs.services import dispatch
 from runs.services.hosts import record_inventory
 from tests import standin
 from tests.factories import make_host
-from tests.test_allocation import UUIDS, pcie8_inventory
+from tests.test_allocation import UUIDS, h200_inventory, pcie8_inventory
 
 pytestmark = pytest.mark.django_db
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -105,4 +107,94 @@ grid: {{methods: [auto], concurrency: [1, 2]}}
         held.close()
     assert f"port: {port} (pinned by the sweep file)" in text
     assert f"FAIL ports: port_in_use: port {port} is in use" in text
+    assert nothing_starts() == before
+
+
+# --- points the host cannot hold (issue 19) --------------------------------------------------------
+
+FIT = """name: fit
+engine: vllm
+model: /models/target
+server: {load_format: dummy}
+grid:
+  methods: [auto]
+  tp: [1, 2, 3]
+  concurrency: [1, 8]
+"""
+
+
+def test_tp3_on_the_2_gpu_host_is_refused_at_its_line_and_the_other_points_are_still_planned(tmp_path,
+                                                                                             nothing_starts):
+    """The 2 x H200 device's recorded inventory; TP3 cannot fit. Before: the dry run stopped with
+    "TP3 needs 3 free GPUs; host has 2 GPUs [0, 1], busy [], free [0, 1]" and planned nothing."""
+    record_inventory(make_host("h200"), h200_inventory())
+    path = tmp_path / "fit.yaml"
+    path.write_text(FIT)
+    error = f"{path}:7: grid.tp[2]: host h200: TP3 needs 3 GPUs; the host has 2 GPUs [0, 1]"
+    before = nothing_starts()
+    out = StringIO()
+    with pytest.raises(CommandError) as err:
+        call_command("start_sweep", str(path), "--host", "h200", "--dry-run", stdout=out)
+    assert str(err.value) == f"{error}\n2 runs refused: host h200 cannot hold them; nothing was stored"
+    assert "busy" not in str(err.value)
+    text = out.getvalue()
+    assert ("4 runs in 2 server starts (runs that differ only in workload share one); 2 more runs REFUSED: the host "
+            "cannot hold them (listed at the end).\n") in text
+    # the valid points: planned on the host's GPUs, by UUID, each start checked
+    runs = [RUN_LINE.match(line) for line in text.splitlines() if line.startswith("  run ")]
+    assert [(m.group(1), m.group(4), m.group(5), m.group(6)) for m in runs] == [
+        ("1", "1", "0", "inside NUMA node 0"), ("2", "1", "0", "inside NUMA node 0"),
+        ("3", "2", "0,1", "inside NUMA node 0"), ("4", "2", "0,1", "inside NUMA node 0")]
+    uuids = [g.uuid for g in h200_inventory().gpus]
+    assert re.search(rf"CUDA_VISIBLE_DEVICES={uuids[0]}\s", text) and f"CUDA_VISIBLE_DEVICES={','.join(uuids)}" in text
+    assert len(re.findall(r"^server start \d/2: TP[12] auto", text, re.M)) == 2
+    assert "  TP3: REFUSED: host h200: TP3 needs 3 GPUs; the host has 2 GPUs [0, 1]\n" in text
+    # the refused points, listed with their reason at the end
+    assert text.rstrip().endswith(
+        "REFUSED: 2 runs that host h200 cannot hold (not planned above; the sweep cannot be stored as written: "
+        "start_sweep stores nothing while any run is refused):\n"
+        f"  {error}\n"
+        "    auto TP3 concurrency 1 input 128 output 128 repeat 0\n"
+        "    auto TP3 concurrency 8 input 128 output 128 repeat 0")
+    assert nothing_starts() == before
+    # without --dry-run: the same error, nothing stored, the broker not even asked
+    with pytest.raises(CommandError) as err:
+        call_command("start_sweep", str(path), "--host", "h200", stdout=StringIO())
+    assert str(err.value).splitlines()[0] == error
+    assert nothing_starts() == before
+    # the file fixed: the same command plans every point and exits 0
+    path.write_text(FIT.replace("[1, 2, 3]", "[1, 2]"))
+    assert "REFUSED" not in dry_run(path, "--host", "h200")
+
+
+def test_cross_numa_false_on_the_two_socket_host_refuses_tp8_and_plans_tp4_inside_a_node(tmp_path, nothing_starts):
+    record_inventory(make_host("ws-pcie8"), pcie8_inventory())
+    path = tmp_path / "numa.yaml"
+    path.write_text(FIT.replace("[1, 2, 3]", "[4, 8]") + "cross_numa: false\n")
+    out = StringIO()
+    with pytest.raises(CommandError, match=r"numa.yaml:7: grid.tp\[1\]: host ws-pcie8: TP8 cannot stay inside one "
+                                           r"NUMA node and the sweep forbids crossing NUMA nodes"):
+        call_command("start_sweep", str(path), "--host", "ws-pcie8", "--dry-run", stdout=out)
+    runs = [RUN_LINE.match(line) for line in out.getvalue().splitlines() if line.startswith("  run ")]
+    assert {(m.group(4), m.group(5), m.group(6)) for m in runs} == {("4", "0,1,2,3", "inside NUMA node 0")}
+
+
+def test_the_admin_form_shows_each_refusal_as_a_form_error_and_stores_nothing(client, nothing_starts):
+    record_inventory(make_host("h200"), h200_inventory())
+    user = User.objects.create_user("op", password="pw", is_staff=True)
+    for codename in ("create_sweep", "view_sweep"):
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client.force_login(user)
+    before = nothing_starts()
+    grid = FIT.replace("[1, 2, 3]", "[1, 2, 4]") + "gpus:\n  2: [1, 2]\n"
+    resp = client.post(reverse("admin:runs_sweep_create_from_yaml"),
+                       {"host": [Host.objects.get(name="h200").pk], "grid": grid, "enqueue": "on"})
+    assert resp.status_code == 200
+    errors = resp.context["form"].errors["grid"]
+    assert errors == [
+        "admin YAML:7: grid.tp[2]: host h200: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]",
+        "admin YAML:10: gpus.2: host h200: pinned GPUs [2] are not on the host: the host has 2 GPUs [0, 1]",
+    ]
+    page = resp.content.decode()
+    assert "admin YAML:7: grid.tp[2]: host h200: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]" in page
     assert nothing_starts() == before

@@ -57,7 +57,8 @@ def test_sweep_can_pin_gpus(pcie8_host, tmp_path):
     assert {tuple(g["uuid"] for g in r.gpus) for r in runs if r.tp == 8} == {tuple(UUIDS)}
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text(text + "\ngpus:\n  4: [9, 10, 11, 12]\n")
-    with pytest.raises(CommandError, match="do not exist"):
+    with pytest.raises(CommandError, match=r"wrong.yaml:\d+: gpus.4: host ws-pcie8: pinned GPUs \[9, 10, 11, 12\] are "
+                                           r"not on the host: the host has 8 GPUs \[0, 1, 2, 3, 4, 5, 6, 7\]\n"):
         call_command("start_sweep", str(wrong), "--host", pcie8_host.name, "--no-enqueue")
     bad_tp = tmp_path / "bad_tp.yaml"
     bad_tp.write_text(text + "\ngpus:\n  2: [0, 1]\n")
@@ -187,8 +188,14 @@ def test_gpu_less_host_refuses_tp_above_one():
     from benchkit.hosts.inventory import HostInventory
 
     record_inventory(make_host("cpu-box"), HostInventory(hostname="cpu-box", gpus=[]))
-    with pytest.raises(CommandError, match="has no GPUs.*TP 8"):
-        call_command("start_sweep", str(SWEEPS / "users-grid-sglang.yaml"), "--host", "cpu-box", "--no-enqueue")
+    grid = SWEEPS / "users-grid-sglang.yaml"
+    with pytest.raises(CommandError) as err:
+        call_command("start_sweep", str(grid), "--host", "cpu-box", "--no-enqueue")
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith(f"{grid}:23: grid.tp[1]: host cpu-box: TP4 needs 4 GPUs; the host has no GPUs in its "
+                               "inventory (a CPU host runs TP1 only")
+    assert lines[1].startswith(f"{grid}:23: grid.tp[2]: host cpu-box: TP8 needs 8 GPUs; the host has no GPUs")
+    assert lines[2] == "24 runs refused: host cpu-box cannot hold them; nothing was stored"
     assert Sweep.objects.count() == 0
 
 

@@ -10,9 +10,8 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from benchkit.hosts.allocation import AllocationError
 from benchkit.hosts.inventory import GpuInfo, HostInventory
-from benchkit.sweeps.sweepfile import SweepError, loads_sweep
+from benchkit.sweeps.sweepfile import PointsRefused, SweepError, loads_sweep
 from runs.models import Host, Run, RunTransition
 from runs.services.dispatch import EXECUTE_RUNS_TASK
 from runs.services.hosts import record_inventory
@@ -90,9 +89,13 @@ def test_a_sweep_file_naming_two_hosts_runs_its_grid_on_each_and_queues_each_on_
 
 
 def test_a_host_too_small_for_the_grid_is_named_and_nothing_is_stored(tmp_path, sent, two_hosts):
+    """gpu-a (8 GPUs) holds TP4, gpu-b (2 GPUs) does not: the error is located at the TP value,
+    names gpu-b and its GPU count (not busy GPUs), and no run of either host is stored."""
     path = _write(tmp_path, grid("hosts: [gpu-a, gpu-b]", tp="[1, 4]"))
-    with pytest.raises(AllocationError, match="host gpu-b: TP4 needs 4 free GPUs"):
+    with pytest.raises(PointsRefused) as err:
         create_sweep_from_file(path)
+    assert str(err.value) == f"{path}:7: grid.tp[1]: host gpu-b: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]"
+    assert [(r.host, r.tp, len(r.runs)) for r in err.value.refusals] == [("gpu-b", 4, 4)]
     assert not Run.objects.exists() and not sent
 
 

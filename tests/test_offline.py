@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,9 +24,12 @@ from django.urls import reverse
 
 from benchkit.measure.logs import decode_logs
 from benchkit.sweeps.bundle import MANIFEST, BundleError, open_bundle, open_bundle_tar, sha256_hex, tar_bundle
+from benchkit.sweeps.offline import run_offline
+from benchkit.sweeps.sweepfile import PointsRefused
 from runs.models import HardwareSnapshot, Host, HostToken, RequestLogBlob, Run, RunMetrics, RunState, RunTransition
 from runs.services import ingest
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
+from tests.test_allocation import h200_inventory
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "gpu-offline"
@@ -228,6 +232,31 @@ def test_a_failed_offline_run_is_stored_failed_with_its_reason(tmp_path):
     run = Run.objects.get()
     assert run.state == RunState.FAILED and run.failure_reason == "server_not_ready"
     assert not RunMetrics.objects.exists()
+
+
+def test_a_point_the_host_cannot_hold_refuses_the_sweep_before_anything_runs(tmp_path):
+    """Issue 19, offline: the same located errors as `start_sweep` (a TP above the host's GPU count,
+    a pinned GPU it lacks), exit status 2, no bundle folder, no server asked. In process on the
+    real 2 x H200 inventory; then through `python -m benchkit run` on this machine's own inventory
+    (TP64 fits no host this runs on)."""
+    text = sweep_text("http://127.0.0.1:9").replace("tp: [1]", "tp: [1, 2, 3]") + "gpus:\n  2: [1, 2]\n"
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    line = {row.split(":")[0].strip(): n for n, row in enumerate(text.splitlines(), start=1)}
+    with pytest.raises(PointsRefused) as err:
+        run_offline(path, tmp_path / "bundle", host=HOST, inventory=h200_inventory())
+    assert str(err.value).splitlines() == [
+        f"{path}:{line['tp']}: grid.tp[2]: host {HOST}: TP3 needs 3 GPUs; the host has 2 GPUs [0, 1]",
+        f"{path}:{line['2']}: gpus.2: host {HOST}: pinned GPUs [2] are not on the host: the host has 2 GPUs [0, 1]",
+    ]
+    assert not (tmp_path / "bundle").exists()
+    path.write_text(sweep_text("http://127.0.0.1:9").replace("tp: [1]", "tp: [1, 64]"))
+    out = benchkit_run(path, tmp_path / "bundle")
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert re.fullmatch(rf"error: {re.escape(str(path))}:{line['tp']}: grid\.tp\[1\]: host {HOST}: TP64 needs 64 GPUs; "
+                        r"the host has (\d+ GPUs \[[\d, ]+\]|no GPUs in its inventory.*)", lines[0]), lines
+    assert lines[1:] == ["nothing ran"] and not (tmp_path / "bundle").exists()
 
 
 # --- over HTTP, with a host token -------------------------------------------------------------------

@@ -14,6 +14,7 @@ from benchkit.engines.adapters import adapter_for
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 from benchkit.sweeps.sweepfile import (
     LimitsSection,
+    PointsRefused,
     ServerSection,
     SweepError,
     WorkloadSection,
@@ -22,6 +23,7 @@ from benchkit.sweeps.sweepfile import (
     parse_sweep,
     parse_variables,
 )
+from tests.test_allocation import h200_inventory, pcie8_inventory
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 DEMO_VARS = {"demo_target": "/tmp/demo/target", "demo_draft": "/tmp/demo/draft"}
@@ -236,6 +238,7 @@ drafter: /d
         ("grid:\n  methods: [auto]\n  tp: [1, 2]\ngpus:\n  4: [0, 1, 2, 3]\n", 10, "gpus.4", "not a TP degree"),
         ("grid:\n  methods: [auto]\nworkload:\n  dataset: jsonl\n", 9, "workload.dataset_path", "needs a path"),
         ("grid:\n  methods: [auto]\nengine: vllm\n", 8, "", "duplicate key 'engine'"),
+        ("grid:\n  methods: [auto]\ncross_numa: no_thanks\n", 8, "cross_numa", "expected true/false"),
     ],
 )
 def test_bad_sweep_errors_name_file_line_field(tmp_path, body, line, field, needle):
@@ -322,3 +325,59 @@ def test_a_method_on_a_build_without_auto_is_refused_with_its_line(tmp_path):
     # without auto in the grid nothing is compared against it: allowed
     path.write_text(text.replace("    - auto\n", ""))
     assert load_sweep_file(path).n_runs() == 30
+
+
+@pytest.mark.parametrize(
+    ("inventory", "body", "line", "field", "reason"),
+    [
+        (h200_inventory, "grid:\n  methods: [auto]\n  tp: [1, 2, 3]\n", 8, "grid.tp[2]",
+         "TP3 needs 3 GPUs; the host has 2 GPUs [0, 1]"),
+        (h200_inventory, "grid:\n  methods: [auto]\n  tp:\n    - 1\n    - 4\n", 10, "grid.tp[1]",
+         "TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]"),
+        (h200_inventory, "grid:\n  methods: [auto]\n  tp: 4\n", 8, "grid.tp",
+         "TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]"),
+        (h200_inventory, "grid:\n  methods: [auto]\n  tp: [1, 2]\ngpus:\n  2: [4, 5]\n", 10, "gpus.2",
+         "pinned GPUs [4, 5] are not on the host: the host has 2 GPUs [0, 1]"),
+        (pcie8_inventory, "grid:\n  methods: [auto]\n  tp: [4, 8]\ncross_numa: false\n", 8, "grid.tp[1]",
+         "TP8 cannot stay inside one NUMA node and the sweep forbids crossing NUMA nodes (cross_numa: false): "
+         "the host has 8 GPUs [0, 1, 2, 3, 4, 5, 6, 7], at most 4 on one NUMA node "
+         "(node 0: [0, 1, 2, 3]; node 1: [4, 5, 6, 7])"),
+        (pcie8_inventory, "grid:\n  methods: [auto]\n  tp: [4]\ngpus: {4: [2, 3, 4, 5]}\ncross_numa: false\n", 9,
+         "gpus.4", "pinned GPUs [2, 3, 4, 5] span NUMA nodes [0, 1] and the sweep forbids crossing NUMA nodes "
+                   "(cross_numa: false); the host's GPUs by NUMA node: node 0: [0, 1, 2, 3]; node 1: [4, 5, 6, 7]"),
+    ],
+)
+def test_a_point_the_host_cannot_hold_is_refused_at_its_line(tmp_path, inventory, body, line, field, reason):
+    """Issue 19: errors about the host read `file:line: field: reason` like every other sweep-file
+    error, at the TP value or the `gpus:` entry (real inventories: the 2 x H200 device, pcie8)."""
+    path = write(tmp_path, BASE.replace("sglang", "vllm") + body)
+    spec = load_sweep_file(path)
+    fit = spec.fit_on(inventory(), "gpu-x")
+    assert len(fit.refused) == 1
+    refusal = fit.refused[0]
+    assert (refusal.line, refusal.field, refusal.reason) == (line, field, f"host gpu-x: {reason}")
+    assert str(refusal) == f"{path}:{line}: {field}: host gpu-x: {reason}"
+    assert refusal.runs and {r.server.tp for r in refusal.runs} == {refusal.tp}
+    assert refusal.tp not in fit.gpu_plan and all(r.server.tp != refusal.tp for r in fit.runs)
+    assert all(len(r.gpus) == r.server.tp for r in fit.runs)  # the others are planned
+    with pytest.raises(PointsRefused) as err:
+        spec.expand_on(inventory(), "gpu-x")
+    assert str(err.value) == str(refusal) and isinstance(err.value, SweepError)
+
+
+def test_every_refusal_is_listed_in_file_order_and_data_without_lines_still_names_the_field():
+    text = BASE.replace("sglang", "vllm") + "grid:\n  methods: [auto]\n  tp: [1, 2, 4]\ngpus:\n  2: [0, 7]\n"
+    spec = loads_sweep(text, "admin YAML")
+    fit = spec.fit_on(h200_inventory())  # no host name: the reason is the allocator's alone
+    assert [str(r) for r in fit.refused] == [
+        "admin YAML:8: grid.tp[2]: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]",
+        "admin YAML:10: gpus.2: pinned GPUs [7] are not on the host: the host has 2 GPUs [0, 1]",
+    ]
+    assert [len(r.runs) for r in fit.refused] == [1, 1] and [r.server.tp for r in fit.runs] == [1]
+    with pytest.raises(PointsRefused) as err:
+        spec.expand_on(h200_inventory())
+    assert err.value.n_runs == 2 and len(str(err.value).splitlines()) == 2
+    data = {"name": "t", "engine": "vllm", "model": "/m", "grid": {"methods": ["auto"], "tp": [1, 4]}}
+    refusal = parse_sweep(data, "x.yaml").fit_on(h200_inventory(), "h").refused[0]
+    assert str(refusal) == "x.yaml: grid.tp[1]: host h: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]"
+    assert spec.fit_on(None).refused == []  # no inventory: nothing planned, nothing refused

@@ -11,8 +11,16 @@ Rules (docs/DOMAIN.md, "A TP4 run loaded on GPUs 1-4 instead of 0-3"):
 4. then the lowest indices (lexicographic), so the choice is deterministic.
 
 When no set satisfies rule 2, the best remaining set is taken and the `Allocation` records
-that it crosses (`crosses_numa`, `crosses_nvlink_island`), so the run can be flagged.
+that it crosses (`crosses_numa`, `crosses_nvlink_island`), so the run can be flagged; with
+`cross_numa=False` (a sweep file's `cross_numa: false`) only sets inside one NUMA node count.
 GPU indices are NVML indices (PCI bus order, as with `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+
+Two kinds of refusal, kept apart because they call for different fixes:
+
+- `HostFitError`: the host can never hold the group (more GPUs than it has, a pinned GPU it
+  lacks, a group that must cross NUMA nodes when that is forbidden): fix the sweep or pick
+  another host. Its message states what the host has ("the host has 2 GPUs [0, 1]").
+- `GpusBusyError`: the host could hold it, but GPUs in `busy` leave too few free now.
 """
 
 from __future__ import annotations
@@ -31,6 +39,22 @@ MAX_COMBINATIONS = 200_000
 
 class AllocationError(ValueError):
     """No valid GPU set: too few free GPUs, a pinned GPU unknown or busy, or a bad TP size."""
+
+
+class HostFitError(AllocationError):
+    """The host cannot hold TP group `tp` whatever is busy. `cause`: `gpu_count` (TP larger than
+    the host's GPU count, or TP > 1 on a host without GPUs), `pinned_missing` (a pinned GPU the
+    host lacks), `numa` (the group must cross NUMA nodes and `cross_numa` is False). `pinned`:
+    the blame lies on the pinned GPU list (a sweep file's `gpus:` entry), else on the TP degree.
+    The message is the reason alone, without file or host name (callers add them)."""
+
+    def __init__(self, tp: int, cause: str, message: str, pinned: bool = False):
+        super().__init__(message)
+        self.tp, self.cause, self.pinned = tp, cause, pinned
+
+
+class GpusBusyError(AllocationError):
+    """The host holds enough GPUs for the group, but GPUs in `busy` leave too few free now."""
 
 
 @dataclass
@@ -154,19 +178,51 @@ def _make(view: _HostView, group: Sequence[int], reason: str, island_of: dict[in
     )
 
 
+def _has(view: _HostView) -> str:
+    """`the host has 2 GPUs [0, 1]` (what a host-fit message states)."""
+    n = len(view.indices)
+    if not n:
+        return "the host has no GPUs"
+    return f"the host has {n} GPU{'s' if n != 1 else ''} {view.indices}"
+
+
+def _numa_layout(view: _HostView) -> str:
+    """`node 0: [0, 1, 2, 3]; node 1: [4, 5, 6, 7]` (GPUs of unknown node as `node ?`)."""
+    nodes: dict[int, list[int]] = {}
+    for i in view.indices:
+        nodes.setdefault(view.numa.get(i, -1), []).append(i)
+    ordered = sorted(nodes.items(), key=lambda kv: (kv[0] < 0, kv[0]))
+    return "; ".join(f"node {k if k >= 0 else '?'}: {v}" for k, v in ordered)
+
+
+def _most_in_one_node(view: _HostView) -> int:
+    """The largest group that crosses no known NUMA node boundary: the GPUs of unknown node plus
+    those of the fullest known node (unknown nodes never count as a crossing, as in `_describe`)."""
+    counts: dict[int, int] = {}
+    for i in view.indices:
+        counts[view.numa.get(i, -1)] = counts.get(view.numa.get(i, -1), 0) + 1
+    unknown = counts.pop(-1, 0)
+    return unknown + max(counts.values(), default=0)
+
+
 def choose_gpus(
     source: HostInventory | TopoMatrix,
     n: int,
     busy: Iterable[int] = (),
     pinned: Sequence[int] | None = None,
+    cross_numa: bool = True,
 ) -> Allocation:
     """Pick `n` GPUs for one TP group (rules in the module docstring).
 
     `source`: a HostInventory (UUIDs, NUMA nodes and topology from it) or a bare TopoMatrix
     (UUIDs unknown, NUMA from its `NUMA Affinity` column). `busy`: GPU indices not to use.
     `pinned`: use exactly these GPU indices (the allocation still records any crossing).
-    Raises AllocationError when n < 1, when fewer than n GPUs are free, or when a pinned GPU
-    is unknown, busy or the pinned count is not n.
+    `cross_numa`: False refuses a group whose known NUMA nodes differ (GPUs of unknown node
+    never count as crossing).
+    Raises HostFitError when the host cannot hold the group at all (n above its GPU count, a
+    pinned GPU it lacks, a group that must cross NUMA nodes with `cross_numa` False),
+    GpusBusyError when GPUs in `busy` leave too few free (or a pinned GPU is busy), and
+    AllocationError when n < 1 or the pinned list is not n distinct GPUs.
     """
     view = _view(source)
     busy_set = set(busy)
@@ -179,24 +235,44 @@ def choose_gpus(
             raise AllocationError(f"pinned GPUs {list(pinned)} are not {n} distinct GPUs for TP{n}")
         unknown = [i for i in group if i not in view.indices]
         if unknown:
-            raise AllocationError(f"pinned GPUs {unknown} do not exist on this host (GPUs {view.indices})")
+            raise HostFitError(n, "pinned_missing", f"pinned GPUs {unknown} are not on the host: {_has(view)}",
+                               pinned=True)
+        if not cross_numa and _describe(view, group, island_of)[0]:
+            raise HostFitError(n, "numa", f"pinned GPUs {group} span NUMA nodes "
+                               f"{sorted({view.numa[i] for i in group if view.numa[i] >= 0})} and the sweep forbids "
+                               f"crossing NUMA nodes (cross_numa: false); the host's GPUs by NUMA node: "
+                               f"{_numa_layout(view)}", pinned=True)
         taken = [i for i in group if i in busy_set]
         if taken:
-            raise AllocationError(f"pinned GPUs {taken} are busy")
+            raise GpusBusyError(f"pinned GPUs {taken} are busy")
         return _make(view, group, f"pinned to GPUs {group}", island_of)
+    if n > len(view.indices):
+        raise HostFitError(n, "gpu_count", f"TP{n} needs {n} GPUs; {_has(view)}")
+    if not cross_numa and _most_in_one_node(view) < n:
+        raise HostFitError(n, "numa", f"TP{n} cannot stay inside one NUMA node and the sweep forbids crossing NUMA "
+                           f"nodes (cross_numa: false): {_has(view)}, at most {_most_in_one_node(view)} on one "
+                           f"NUMA node ({_numa_layout(view)})")
     free = [i for i in view.indices if i not in busy_set]
     if len(free) < n:
-        raise AllocationError(
+        raise GpusBusyError(
             f"TP{n} needs {n} free GPUs; host has {len(view.indices)} GPUs {view.indices}, "
             f"busy {sorted(busy_set & set(view.indices))}, free {free}"
         )
+    candidates = _candidates(free, n)
+    if not cross_numa:
+        candidates = [c for c in candidates if not _describe(view, c, island_of)[0]]
+        if not candidates:
+            raise GpusBusyError(
+                f"TP{n} needs {n} free GPUs inside one NUMA node (cross_numa: false); host has "
+                f"{len(view.indices)} GPUs ({_numa_layout(view)}), busy {sorted(busy_set & set(view.indices))}"
+            )
 
     def key(group: tuple[int, ...]):
         crosses_numa, crosses_island, _ = _describe(view, group, island_of)
         worst, total = _quality(view, group)
         return (crosses_island, crosses_numa, -worst, -total, group)
 
-    best = min(_candidates(free, n), key=key)
+    best = min(candidates, key=key)
     crosses_numa, crosses_island, _ = _describe(view, best, island_of)
     if crosses_numa or crosses_island:
         reason = f"no {n} free GPUs share one NUMA node and NVLink island; best-connected set"
@@ -205,32 +281,69 @@ def choose_gpus(
     return _make(view, best, reason, island_of)
 
 
+_CPU_ONLY = "host without GPUs: the server runs on the CPU"
+
+
+def _on_cpu_host(tp: int, pinned: Sequence[int] | None) -> Allocation:
+    """The Allocation of TP group `tp` on a host whose inventory lists no GPU (CPU servers take
+    none); HostFitError for pinned GPUs or TP > 1."""
+    no_gpus = "the host has no GPUs in its inventory"
+    if pinned:
+        raise HostFitError(tp, "pinned_missing", f"pinned GPUs {sorted(pinned)} are not on the host: {no_gpus}",
+                           pinned=True)
+    if tp > 1:
+        raise HostFitError(tp, "gpu_count", f"TP{tp} needs {tp} GPUs; {no_gpus} (a CPU host runs TP1 only; a GPU "
+                                            "host whose inventory lists none: record its inventory on it)")
+    return Allocation(indices=[], uuids=[], numa_nodes=[], crosses_numa=False, crosses_nvlink_island=False,
+                      reason=_CPU_ONLY)
+
+
+def fit_sweep_gpus(
+    source: HostInventory | TopoMatrix,
+    tps: Iterable[int],
+    pinned: dict[int, Sequence[int]] | None = None,
+    busy: Iterable[int] = (),
+    cross_numa: bool = True,
+) -> tuple[dict[int, Allocation], dict[int, HostFitError]]:
+    """Plan one fixed GPU set per TP degree of a sweep, and say which TP degrees the host cannot
+    hold: (TP degree -> Allocation, TP degree -> HostFitError), each ascending, together every
+    degree of `tps` once.
+
+    Every run of one TP degree gets the same GPUs, so results of that degree compare on the
+    same hardware (the TP1-on-GPU1-vs-GPU0 problem in docs/DOMAIN.md). `pinned` maps a TP
+    degree to the GPU indices a sweep file pins for it; the others are chosen from the
+    topology (`choose_gpus`, with `cross_numa`). On a host without GPUs (an inventory with
+    none) TP1 gets an empty Allocation (CPU servers take no GPU) and TP > 1 or pinned GPUs are
+    refused. GpusBusyError (GPUs in `busy`) and AllocationError (a bad pinned list) still raise.
+    """
+    pinned = pinned or {}
+    busy = list(busy)
+    cpu_host = isinstance(source, HostInventory) and not source.gpus
+    plan: dict[int, Allocation] = {}
+    refused: dict[int, HostFitError] = {}
+    for tp in sorted(set(tps)):
+        try:
+            plan[tp] = (_on_cpu_host(tp, pinned.get(tp)) if cpu_host
+                        else choose_gpus(source, tp, busy=busy, pinned=pinned.get(tp), cross_numa=cross_numa))
+        except HostFitError as exc:
+            refused[tp] = exc
+    return plan, refused
+
+
 def plan_sweep_gpus(
     source: HostInventory | TopoMatrix,
     tps: Iterable[int],
     pinned: dict[int, Sequence[int]] | None = None,
     busy: Iterable[int] = (),
+    cross_numa: bool = True,
 ) -> dict[int, Allocation]:
-    """TP degree -> its Allocation, one fixed GPU set per TP degree for every run of a sweep.
-
-    Every run of one TP degree gets the same GPUs, so results of that degree compare on the
-    same hardware (the TP1-on-GPU1-vs-GPU0 problem in docs/DOMAIN.md). `pinned` maps a TP
-    degree to the GPU indices a sweep file pins for it; the others are chosen from the
-    topology (`choose_gpus`). On a host without GPUs (an inventory with none) every TP degree
-    gets an empty Allocation when all are 1 (CPU servers take no GPU). Raises AllocationError
-    for a TP degree the host cannot hold, or TP > 1 on a host without GPUs.
-    """
-    tps = sorted(set(tps))
-    busy = list(busy)
-    pinned = pinned or {}
-    if isinstance(source, HostInventory) and not source.gpus:
-        if tps and tps[-1] > 1:
-            raise AllocationError(f"host {source.hostname} has no GPUs (its latest inventory), so TP {tps[-1]} "
-                                  "cannot run there; record the inventory of the GPU host")
-        return {tp: Allocation(indices=[], uuids=[], numa_nodes=[], crosses_numa=False,
-                               crosses_nvlink_island=False, reason="host without GPUs: the server runs on the CPU")
-                for tp in tps}
-    return {tp: choose_gpus(source, tp, busy=busy, pinned=pinned.get(tp)) for tp in tps}
+    """TP degree -> its Allocation, one fixed GPU set per TP degree for every run of a sweep
+    (`fit_sweep_gpus`), all or nothing: raises the HostFitError of the lowest TP degree the host
+    cannot hold (GpusBusyError / AllocationError as `fit_sweep_gpus`)."""
+    plan, refused = fit_sweep_gpus(source, tps, pinned, busy, cross_numa)
+    if refused:
+        raise refused[min(refused)]
+    return plan
 
 
 def inconsistent_tp_gpus(runs: Iterable[tuple[int, Sequence[str]]]) -> list[int]:

@@ -9,6 +9,11 @@ collecting every failure instead of stopping at the first. No server starts and 
 written outside a temporary folder (a container build's env file, which its probe reads).
 `format_plan(plan)` is the text `manage.py start_sweep FILE --dry-run` prints.
 
+Points the host cannot hold (a TP degree above its GPU count, a pinned GPU it lacks, a TP group
+that must cross NUMA nodes under `cross_numa: false`) do not stop the plan: the other runs are
+planned and checked, and the refused ones are listed at the end with their located reasons
+(`SweepPlan.refused`, benchkit.sweeps.sweepfile.Refusal); `start_sweep` then exits non-zero.
+
 Checks repeat across starts (the same model, build and GPUs), so each distinct check runs once
 and its result is reused. GPU checks (CUDA initialisation, idle GPUs) run only when the host is
 this machine (`gpu_checks`); ports are chosen as at run time (`runner.choose_port`), now.
@@ -29,7 +34,7 @@ from benchkit.hosts.allocation import Allocation
 from benchkit.hosts.inventory import HostInventory
 from benchkit.specs import RunSpec, server_groups
 from benchkit.sweeps import runner
-from benchkit.sweeps.sweepfile import SweepSpec
+from benchkit.sweeps.sweepfile import Refusal, SweepSpec
 
 
 @dataclass
@@ -57,8 +62,9 @@ class PlannedStart:
 @dataclass
 class SweepPlan:
     """A dry run's result: `source` the sweep file, `host` its name, `gpu_plan` TP degree ->
-    Allocation ({} without an inventory), `starts` (PlannedStart), `n_runs`, `notes` (what was not
-    checked and why)."""
+    Allocation ({} without an inventory), `starts` (PlannedStart), `n_runs` (the runs planned),
+    `notes` (what was not checked and why), `refused` (a Refusal per TP degree the host cannot
+    hold; their runs are not in `starts`)."""
 
     source: str
     host: str
@@ -67,6 +73,12 @@ class SweepPlan:
     n_runs: int
     share_server: bool = True
     notes: list[str] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+    @property
+    def n_refused(self) -> int:
+        """How many runs the host cannot hold."""
+        return sum(len(r.runs) for r in self.refused)
 
 
 def _check_key(name: str, spec: RunSpec, launch: Any) -> tuple:
@@ -87,12 +99,14 @@ def plan_sweep(spec: SweepSpec, inventory: HostInventory | None, host: str = "",
                gpu_checks: bool = False) -> SweepPlan:
     """Plan every run of `spec` on the host whose inventory is `inventory` (None: no GPUs planned)
     and check each server start now (see the module docstring). `gpu_checks`: run the CUDA and
-    idle-GPU checks (only meaningful on the host itself). Raises AllocationError when the host
-    cannot hold a TP degree; every other problem is a failure of its start."""
+    idle-GPU checks (only meaningful on the host itself). A TP degree the host cannot hold is a
+    Refusal in `refused` (its runs are not planned); every other problem is a failure of its
+    start. Raises SweepError for unresolved placeholders."""
     spec.require_resolved()
-    gpu_plan, runspecs = spec.expand_on(inventory)
-    plan = SweepPlan(source=spec.source, host=host, gpu_plan=gpu_plan, starts=[], n_runs=len(runspecs),
-                     share_server=spec.share_server)
+    fit = spec.fit_on(inventory, host)
+    runspecs = fit.runs
+    plan = SweepPlan(source=spec.source, host=host, gpu_plan=fit.gpu_plan, starts=[], n_runs=len(runspecs),
+                     share_server=spec.share_server, refused=fit.refused)
     if inventory is None:
         plan.notes.append(f"no hardware inventory of host {host!r}: GPUs are not planned "
                           "(run `manage.py record_inventory` on it)")
@@ -158,9 +172,13 @@ def format_plan(plan: SweepPlan) -> str:
     preflight checks failing now and its runs (one line each, with their GPUs), then a tally."""
     lines = [f"Dry run of {plan.source} on host {plan.host}: nothing is stored and no server starts.",
              f"{plan.n_runs} runs in {len(plan.starts)} server starts"
-             + (" (runs that differ only in workload share one)" if plan.share_server else "") + "."]
-    for tp, alloc in sorted(plan.gpu_plan.items()):
-        lines.append(f"  TP{tp}: GPUs {_gpus_of(alloc)}")
+             + (" (runs that differ only in workload share one)" if plan.share_server else "")
+             + (f"; {plan.n_refused} more {_runs(plan.n_refused)} REFUSED: the host cannot hold "
+                f"{'it' if plan.n_refused == 1 else 'them'} (listed at the end)"
+                if plan.refused else "") + "."]
+    rows = {tp: f"GPUs {_gpus_of(alloc)}" for tp, alloc in plan.gpu_plan.items()}
+    rows.update({r.tp: f"REFUSED: {r.reason}" for r in plan.refused})
+    lines += [f"  TP{tp}: {row}" for tp, row in sorted(rows.items())]
     lines += [f"  note: {n}" for n in plan.notes]
     for st in plan.starts:
         s = st.spec.server
@@ -180,17 +198,31 @@ def format_plan(plan: SweepPlan) -> str:
         else:
             lines.append("  preflight now: every check passes")
         for n, r in st.runs:
-            w = r.workload
-            lines.append(f"  run {n}/{plan.n_runs}: {r.server.method}"
-                         f"{' b' + str(r.server.tree_budget) if r.server.tree_budget else ''} TP{r.server.tp} "
-                         f"concurrency {w.concurrency} input {w.input_len} output {w.output_len} "
-                         f"repeat {r.repeat_index} · GPUs {_gpus(r)}")
+            lines.append(f"  run {n}/{plan.n_runs}: {_point(r)} · GPUs {_gpus(r)}")
     tally = Counter(code for st in plan.starts for code in {c for _, c, _ in st.failures})
     lines.append("")
     ranked = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
     lines.append("preflight failures now: "
                  + ("; ".join(f"{code} at {n} of {len(plan.starts)} server starts" for code, n in ranked) or "none"))
+    if plan.refused:
+        lines += ["", f"REFUSED: {plan.n_refused} {_runs(plan.n_refused)} that host {plan.host} cannot hold (not "
+                      "planned above; the sweep cannot be stored as written: start_sweep stores nothing while any run "
+                      "is refused):"]
+        for refusal in plan.refused:
+            lines.append(f"  {refusal}")
+            lines += [f"    {_point(r)}" for r in refusal.runs]
     return "\n".join(lines)
+
+
+def _runs(n: int) -> str:
+    return "run" if n == 1 else "runs"
+
+
+def _point(r: RunSpec) -> str:
+    """`auto b15 TP4 concurrency 8 input 128 output 1024 repeat 0` (one run of the plan)."""
+    w = r.workload
+    return (f"{r.server.method}{' b' + str(r.server.tree_budget) if r.server.tree_budget else ''} TP{r.server.tp} "
+            f"concurrency {w.concurrency} input {w.input_len} output {w.output_len} repeat {r.repeat_index}")
 
 
 def _gpus_of(alloc: Allocation) -> str:

@@ -96,7 +96,7 @@ def run_offline(sweep_path: str | Path, out: str | Path, host: str | None = None
     file's `{name}` placeholders; `inventory` defaults to collect_inventory() now (GPUs are planned
     on it as a worker plans them on the host's latest snapshot). `progress`: a tqdm bar on stderr
     (default: when stderr is a terminal; else one line per finished run).
-    Raises sweepfile.SweepError (bad file), allocation.AllocationError (too few GPUs),
+    Raises sweepfile.SweepError (bad file; sweepfile.PointsRefused for runs the host cannot hold),
     FileExistsError (`out` holds a bundle already), pydantic.ValidationError (a host name that is
     not 1-100 letters, digits, '.', '_', '-'); never raises for a benchmark failure (the run is
     written `failed` with its reason)."""
@@ -105,8 +105,9 @@ def run_offline(sweep_path: str | Path, out: str | Path, host: str | None = None
     spec = sweepfile.loads_sweep(text, str(sweep_path), variables)
     spec.require_resolved()
     inventory = inventory if inventory is not None else collect_inventory()
-    _plan, specs = spec.expand_on(inventory if inventory.gpus else None)
-    manifest = BundleManifest(bundle_id=uuid.uuid4(), host=host or default_host_name(),
+    host = host or default_host_name()
+    _plan, specs = spec.expand_on(inventory, host)  # PointsRefused (a SweepError) before anything runs
+    manifest = BundleManifest(bundle_id=uuid.uuid4(), host=host,
                               created_at=datetime.now(UTC), sweep_name=spec.name, sweep_file=str(sweep_path)[-500:],
                               sweep_text=text)
     writer = BundleWriter(out, manifest)

@@ -31,6 +31,8 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     slo: {ttft_ms: 500, tpot_ms: 50} # goodput bounds, ms
     repeats: 1
     gpus: {4: [4, 5, 6, 7]}          # NVML indices pinned per TP degree; others are planned
+    cross_numa: false                # refuse a TP group that would span NUMA nodes (default true:
+                                     # allowed when unavoidable, and recorded on the run)
     hosts: [gpu-a, gpu-b]            # run the grid on each of these hosts (one queue each; GPUs
                                      # planned on each host's own inventory); default: the
                                      # host the command or form names
@@ -43,6 +45,15 @@ for DDTree) is checked by benchkit.methods.check_method, the same rule the engin
 result importer apply; every method must also be defined for its engine build in the engine flags
 file. Errors (`SweepError`) name the file, the line and the field path, e.g.
 ``sweeps/x.yaml:12: grid.methods[3].tree_budget: method 'ddtree' needs a tree budget``.
+
+A valid file can still ask for more than a host has. `SweepSpec.fit_on(inventory, host)` plans the
+GPUs on that host (benchkit.hosts.allocation.fit_sweep_gpus) and returns the runs the host can
+hold together with a `Refusal` per TP degree it cannot, located at the line of the TP value
+(`grid.tp[2]`) or of the `gpus:` entry that pins it (`gpus.4`)::
+
+    sweeps/x.yaml:6: grid.tp[2]: host gpu-a: TP3 needs 3 GPUs; the host has 2 GPUs [0, 1]
+
+`SweepSpec.expand_on` is all or nothing: it raises `PointsRefused` listing every refusal.
 """
 
 from __future__ import annotations
@@ -72,7 +83,7 @@ from benchkit.engines.adapters import EngineConfigError, adapter_for
 from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
 from benchkit.hosts import HOST_NAME_RE, telemetry
-from benchkit.hosts.allocation import Allocation, plan_sweep_gpus
+from benchkit.hosts.allocation import Allocation, fit_sweep_gpus
 from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
@@ -82,17 +93,63 @@ GRID_AXES = ("concurrency", "output_len", "input_len")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def located(source: str, line: int | None, field_path: str, message: str) -> str:
+    """`source:line: field: message` (line and field left out where unknown)."""
+    where = f"{source}:{line}" if line else source
+    return f"{where}: {field_path}: {message}" if field_path else f"{where}: {message}"
+
+
 class SweepError(ValueError):
     """A sweep file is invalid. `source`, `line` (1-based, or None) and `field` (a dotted path
     such as `grid.methods[2].tree_budget`) locate the problem; str() gives all of them."""
 
     def __init__(self, source: str, line: int | None, field_path: str, message: str):
-        where = f"{source}:{line}" if line else source
-        super().__init__(f"{where}: {field_path}: {message}" if field_path else f"{where}: {message}")
+        super().__init__(located(source, line, field_path, message))
         self.source = source
         self.line = line
         self.field = field_path
         self.message = message
+
+
+@dataclass
+class Refusal:
+    """The runs of one TP degree that a host cannot hold, located in the sweep file: `line` and
+    `field` of the TP value (`grid.tp[2]`) or of the pinning `gpus:` entry (`gpus.4`), `reason`
+    (`host NAME: ` + benchkit.hosts.allocation.HostFitError's message), `host` ("" unnamed),
+    `tp`, `cause` (HostFitError.cause), `runs` (the RunSpecs refused, GPUs not planned).
+    str() is `file:line: field: reason`."""
+
+    source: str
+    line: int | None
+    field: str
+    reason: str
+    host: str
+    tp: int
+    cause: str
+    runs: list[RunSpec] = field(default_factory=list, repr=False)
+
+    def __str__(self) -> str:
+        return located(self.source, self.line, self.field, self.reason)
+
+
+class PointsRefused(SweepError):
+    """Points of a valid sweep that a host cannot hold (`refusals`, one per TP degree and host);
+    str() gives one `file:line: field: reason` line each. Raised by SweepSpec.expand_on and
+    runs.services.sweeps.create_sweep, which then store nothing."""
+
+    def __init__(self, refusals: list[Refusal]):
+        first = refusals[0]
+        super().__init__(first.source, first.line, first.field, first.reason)
+        self.refusals = list(refusals)
+        self.args = ("\n".join(str(r) for r in self.refusals),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    @property
+    def n_runs(self) -> int:
+        """How many runs are refused (over every host)."""
+        return sum(len(r.runs) for r in self.refusals)
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,6 +316,7 @@ class SweepFile(StrictModel):
     slo: SloSection = Field(default_factory=SloSection)
     repeats: PositiveInt = 1
     gpus: dict[int, GpuIndices] = Field(default_factory=dict)
+    cross_numa: bool = True
     hosts: HostNames | None = None
     share_server: bool = True
     extra: dict[Any, Any] | None = None
@@ -363,6 +421,9 @@ class SweepSpec:
     #: GPUs pinned per TP degree (NVML indices), from the file's `gpus:`; others are planned
     #: from the host topology (benchkit.hosts.allocation.plan_sweep_gpus).
     pinned_gpus: dict[int, list[int]] = field(default_factory=dict)
+    #: False: a TP group may not span NUMA nodes (the file's `cross_numa: false`); a TP degree
+    #: that cannot stay inside one is refused on that host (fit_on).
+    cross_numa: bool = True
     #: Runs that differ only in workload share one server start (MEASUREMENT.md, "Reusing a
     #: server between points"); false gives every run a server of its own.
     share_server: bool = True
@@ -371,6 +432,9 @@ class SweepSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     source: str = "<dict>"
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The parsed document with its line numbers (benchkit.configfile.LineDict; a plain dict
+    #: when parsed from data), to locate problems found after parsing (`Refusal`).
+    doc: Any = field(default=None, repr=False, compare=False)
 
     @property
     def methods(self) -> list[MethodVariant]:
@@ -474,19 +538,51 @@ class SweepSpec:
                     )
         return runs
 
-    def expand_on(self, inventory: HostInventory | None) -> tuple[dict[int, Allocation], list[RunSpec]]:
-        """The runs with their GPUs planned from a host's inventory: (TP degree -> Allocation,
-        `expand()` with every run of one TP degree on that degree's GPUs). Without an inventory
-        no GPUs are planned ({} and runs with `gpus` []). Raises AllocationError when the host
-        cannot hold a TP degree or a pinned GPU (benchkit.hosts.allocation.plan_sweep_gpus)."""
+    def fit_on(self, inventory: HostInventory | None, host: str = "") -> HostFit:
+        """The sweep planned on a host's inventory (benchkit.hosts.allocation.fit_sweep_gpus,
+        with the file's pinned GPUs and `cross_numa`): every run of a TP degree the host holds, on
+        that degree's GPUs, and a located Refusal for each TP degree it cannot hold. `host` names
+        the host in the reasons. Without an inventory no GPUs are planned and nothing is refused
+        ({} and runs with `gpus` [])."""
         if inventory is None:
-            return {}, self.expand()
-        plan = plan_sweep_gpus(inventory, self.grid["tp"], self.pinned_gpus)
-        return plan, self.expand(assign_gpus=lambda tp: plan[tp].gpu_refs())
+            return HostFit(host, {}, self.expand(), [])
+        plan, refused = fit_sweep_gpus(inventory, self.grid["tp"], self.pinned_gpus, cross_numa=self.cross_numa)
+        runs = self.expand(assign_gpus=lambda tp: plan[tp].gpu_refs() if tp in plan else [])
+        refusals = []
+        for tp, exc in refused.items():
+            loc = ("gpus", tp) if exc.pinned else ("grid", "tp", self.grid["tp"].index(tp))
+            line, shown = locate(self.doc if self.doc is not None else self.raw, loc)
+            refusals.append(Refusal(self.source, line, format_field(shown), f"host {host}: {exc}" if host else str(exc),
+                                    host, tp, exc.cause, [r for r in runs if r.server.tp == tp]))
+        refusals.sort(key=lambda r: (r.line or 0, r.tp))  # file order
+        return HostFit(host, plan, [r for r in runs if r.server.tp not in refused], refusals)
+
+    def expand_on(self, inventory: HostInventory | None,
+                  host: str = "") -> tuple[dict[int, Allocation], list[RunSpec]]:
+        """The runs with their GPUs planned from a host's inventory, all or nothing: (TP degree
+        -> Allocation, `expand()` with every run of one TP degree on that degree's GPUs), as
+        `fit_on`. Raises PointsRefused (a SweepError) listing every TP degree the host cannot
+        hold."""
+        fit = self.fit_on(inventory, host)
+        if fit.refused:
+            raise PointsRefused(fit.refused)
+        return fit.gpu_plan, fit.runs
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep as plain JSON-ready data (the parsed file, placeholders substituted)."""
         return copy.deepcopy(self.raw)
+
+
+@dataclass
+class HostFit:
+    """A sweep planned on one host (SweepSpec.fit_on): `host` (its name, "" unnamed),
+    `gpu_plan` TP degree -> Allocation for the degrees it holds, `runs` their RunSpecs in
+    expansion order, `refused` a Refusal per TP degree it cannot hold (ascending TP)."""
+
+    host: str
+    gpu_plan: dict[int, Allocation]
+    runs: list[RunSpec]
+    refused: list[Refusal]
 
 
 def _substitute(obj: Any, variables: dict[str, str], source: str, root: Any, loc: tuple = ()) -> Any:
@@ -557,11 +653,13 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
         slo=sf.slo.model_dump(exclude_none=True),
         repeats=sf.repeats,
         pinned_gpus={tp: list(ix) for tp, ix in sf.gpus.items()},
+        cross_numa=sf.cross_numa,
         share_server=sf.share_server,
         hosts=list(sf.hosts or []),
         extra=plain(sf.extra) or {},
         source=source,
         raw=plain(data),
+        doc=data,
     )
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
-from benchkit.hosts.allocation import AllocationError
 from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
 from benchkit.sweeps import dryrun, sweepfile
@@ -61,10 +60,11 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
     The hosts are target_hosts(spec, host, hosts): several hosts each run the whole grid, the
     sweep belongs to the first (its series), every run records its own host. GPUs are planned per
     host from that host's latest hardware snapshot (every run of one TP degree on one host gets
-    the same GPUs). Raises sweepfile.SweepError when placeholders are left unresolved and
-    allocation.AllocationError (naming the host) when a host has too few GPUs (or none, for
-    TP > 1), and BrokerUnavailable when runs are to be queued but the broker does not answer;
-    nothing is stored then.
+    the same GPUs). Raises sweepfile.SweepError when placeholders are left unresolved,
+    sweepfile.PointsRefused (a SweepError) listing every TP degree a host cannot hold (more GPUs
+    than it has, a pinned GPU it lacks, a NUMA crossing the file forbids; each as `file:line:
+    field: host NAME: reason`), and BrokerUnavailable when runs are to be queued but the broker
+    does not answer; nothing is stored then.
 
     `user` (a Django user) entered the sweep on the web: its server.env and extra arguments
     must pass runs.services.policy (else policy.OverrideNotAllowed, nothing stored), the sweep
@@ -74,16 +74,13 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
     """
     spec.require_resolved()
     targets = target_hosts(spec, host, hosts)
+    fits = [(h, spec.fit_on(latest_inventory(h), h.name)) for h in targets]
+    refused = [r for _, fit in fits for r in fit.refused]
+    if refused:
+        raise sweepfile.PointsRefused(refused)
     if enqueue:
         check_broker()
-    planned: list[tuple[Host, list[RunSpec]]] = []
-    for h in targets:
-        try:
-            planned.append((h, spec.expand_on(latest_inventory(h))[1]))
-        except AllocationError as exc:
-            if len(targets) > 1:
-                raise AllocationError(f"host {h.name}: {exc}") from None
-            raise
+    planned: list[tuple[Host, list[RunSpec]]] = [(h, fit.runs) for h, fit in fits]
     runspecs = [r for _, specs in planned for r in specs]
     overrides = check_overrides(runspecs, user) if user is not None else None
     is_demo = any(r.server.is_demo_model for r in runspecs)
@@ -120,8 +117,9 @@ def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
     """What `create_sweep_from_file` would queue, planned and checked now, storing nothing
     (benchkit.sweeps.dryrun.plan_sweep): the GPUs come from the host's latest recorded inventory
     (none recorded and the host is this machine: collected now); the GPU checks run only when the
-    host is this machine (settings.DRAFTBOARD_HOST). Raises SweepError, HostNameError,
-    AllocationError as create_sweep_from_file does."""
+    host is this machine (settings.DRAFTBOARD_HOST). Runs the host cannot hold are listed in the
+    plan's `refused`, the others planned. Raises SweepError (a bad file, unresolved
+    placeholders) and HostNameError as create_sweep_from_file does."""
     spec = sweepfile.load_sweep_file(Path(path), variables=substitutions)
     name = host_name_checked(host_name)
     this_machine = name == host_name_checked(None)

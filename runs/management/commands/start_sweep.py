@@ -1,13 +1,18 @@
 """`python manage.py start_sweep sweeps/FILE.yaml [--host NAME ...] [--set key=value] [--dry-run]`: queue a
 sweep, or (--dry-run) print what every run would get on each host and which preflight checks fail now,
 storing nothing and starting no server. The hosts are the file's `hosts:` when it names any, else
-every --host given (each runs the whole grid, on its own queue), else DRAFTBOARD_HOST."""
+every --host given (each runs the whole grid, on its own queue), else DRAFTBOARD_HOST.
+
+Runs a host cannot hold (TP above its GPU count, a pinned GPU it lacks, a NUMA crossing the file
+forbids) are errors located in the file (`file:line: field: host NAME: reason`): the dry run still
+prints the plan of every other run, lists the refused ones and exits non-zero; without --dry-run
+nothing is stored and the same errors are printed."""
 
 from django.core.management.base import BaseCommand, CommandError
 
 from benchkit.hosts.allocation import AllocationError
 from benchkit.sweeps.dryrun import format_plan
-from benchkit.sweeps.sweepfile import SweepError, load_sweep_file, parse_variables
+from benchkit.sweeps.sweepfile import PointsRefused, SweepError, load_sweep_file, parse_variables
 from runs.services.dispatch import BrokerUnavailable
 from runs.services.hosts import HostNameError
 from runs.services.sweeps import create_sweep_from_file, dry_run_sweep_file
@@ -33,12 +38,21 @@ class Command(BaseCommand):
             subs = parse_variables(opts["set"])
             if opts["dry_run"]:
                 spec = load_sweep_file(opts["path"], variables=subs or None)
+                refused = []
                 for name in spec.hosts or opts["host"] or [None]:
                     plan = dry_run_sweep_file(opts["path"], host_name=name, substitutions=subs or None)
                     self.stdout.write(format_plan(plan))
+                    refused += plan.refused
+                if refused:
+                    raise PointsRefused(refused)
                 return
             sweep = create_sweep_from_file(opts["path"], host_name=opts["host"] or None, substitutions=subs or None,
                                            enqueue=not opts["no_enqueue"])
+        except PointsRefused as exc:
+            hosts = ", ".join(dict.fromkeys(r.host for r in exc.refusals))
+            n = exc.n_runs
+            raise CommandError(f"{exc}\n{n} run{'s' if n != 1 else ''} refused: host {hosts} cannot hold "
+                               f"{'them' if n != 1 else 'it'}; nothing was stored") from None
         except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:
             raise CommandError(str(exc)) from None
         queues = sorted({f"host.{name}" for name in sweep.runs.values_list("host__name", flat=True)})
