@@ -337,33 +337,35 @@ def _moved(s: MetricShift | None, rule: ChangePointRule) -> bool:
     return s is not None and s.p_value < rule.alpha and abs(s.change_pct) >= rule.min_magnitude_pct
 
 
-def _ramp_rss(t: np.ndarray, y: np.ndarray, lo: int, hi: int, first_k1: int) -> np.ndarray:
-    """Residual sum of squares of the least-squares fit y = a + delta g(t),
-    g = clip((t - k1) / (k2 - k1), 0, 1), as an (hi, hi) array indexed [k1, k2] for every
-    first_k1 <= k1 < k2 <= hi - 1 (k2 - k1 = 1 is a step at k2), inf elsewhere or where g is
-    constant over t."""
+def _ramp_rss(t: np.ndarray, y: np.ndarray, k1s: range, k2_min: int, hi: int) -> np.ndarray:
+    """Residual sums of squares of the least-squares fits y = a + delta g(t),
+    g = clip((t - k1) / (k2 - k1), 0, 1), as an (hi, hi) array indexed [k1, k2] for every k1 in
+    `k1s` and max(k1 + 1, k2_min) <= k2 <= hi - 1 (k2 - k1 = 1 is a step at k2); inf elsewhere
+    and where g is constant over t."""
     out = np.full((hi, hi), np.inf)
     if len(y) < 3:
         return out
     yc = y - y.mean()
     syy = float(yc @ yc)
-    for k1 in range(first_k1, hi - 1):
-        k2 = np.arange(k1 + 1, hi)
+    for k1 in k1s:
+        k2 = np.arange(max(k1 + 1, k2_min), hi)
+        if not len(k2):
+            continue
         g = np.clip((t[None, :] - k1) / (k2[:, None] - k1), 0.0, 1.0)
         gc = g - g.mean(axis=1, keepdims=True)
         sgg = (gc * gc).sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             rss = np.where(sgg > 0, syy - (gc @ yc) ** 2 / sgg, np.inf)
-        out[k1, k1 + 1:hi] = np.maximum(rss, 0.0)
+        out[k1, k2] = np.maximum(rss, 0.0)
     return out
 
 
 def _ramp_shift(f: _Figures, lo: int, hi: int, k1: int, k2: int, rule: ChangePointRule
                 ) -> tuple[MetricShift, bool] | None:
-    """The ramp k1 -> k2 fitted to f's repeats over [lo, hi) (None when it cannot be fitted),
-    and whether it is a drift on its own: its coefficient significant at `alpha` (Student's t,
-    n - 2 degrees of freedom), its total change at least `min_magnitude_pct`, its change per
-    night less than that."""
+    """The ramp k1 -> k2 (a step where k2 = k1 + 1) fitted to f's repeats over [lo, hi) (None
+    when it cannot be fitted), and whether it is significant on its own: its coefficient
+    significant at `alpha` (Student's t, n - 2 degrees of freedom) and its total change at
+    least `min_magnitude_pct`."""
     sel = (f.t >= lo) & (f.t < hi)
     t, y = f.t[sel], f.y[sel]
     g = np.clip((t - k1) / (k2 - k1), 0.0, 1.0)
@@ -379,54 +381,13 @@ def _ramp_shift(f: _Figures, lo: int, hi: int, k1: int, k2: int, rule: ChangePoi
     se = math.sqrt(rss / (len(y) - 2) / sgg)
     p = (0.0 if delta else 1.0) if se == 0 else _t_p(delta / se, len(y) - 2)
     change = delta / a * 100.0
-    rate = change / (k2 - k1)
     shift = MetricShift(f.metric.name, DRIFT, a, a + delta, change, _verdict(change, f.metric.direction), p,
-                        k1 + 1, k2, f.nights_in(lo, k1 + 1), f.nights_in(k2, hi), rate)
-    return shift, p < rule.alpha and rule.min_magnitude_pct <= abs(change) and abs(rate) < rule.min_magnitude_pct
-
-
-def _best_ramp(figs: list[_Figures], lo: int, hi: int, rule: ChangePointRule) -> tuple[float, float, int, int]:
-    """Over nights [lo, hi), the metrics `figs` together, each standardised to unit noise
-    (`_Figures.standardised`): (summed squares of the best common step, of the best common ramp
-    with k2 - k1 >= min_drift_nights, that ramp's k1, k2); inf where none fits. As for a step,
-    the level before takes `min_segment_nights` nights (k1 >= lo + min_segment_nights - 1: one
-    night is not a level)."""
-    total = np.zeros((hi, hi))
-    for f in figs:
-        z = f.by_night(rule.noise_floor_pct)
-        nights = np.flatnonzero(~np.isnan(z[lo:hi])) + lo
-        total = total + _ramp_rss(nights, z[nights], lo, hi, lo + rule.min_segment_nights - 1)
-    k1s, k2s = np.indices(total.shape)
-    length = k2s - k1s
-    steps = np.where(length == 1, total, np.inf)
-    ramps = np.where(length >= rule.min_drift_nights, total, np.inf)
-    k1, k2 = np.unravel_index(int(np.argmin(ramps)), ramps.shape)  # first minimum: earliest start
-    return float(steps.min()), float(ramps[k1, k2]), int(k1), int(k2)
-
-
-def _drift(figs: list[_Figures], moved: list[_Figures], lo: int, hi: int, rule: ChangePointRule
-           ) -> list[MetricShift]:
-    """The drift over nights [lo, hi) of the metrics that moved, [] when it is a step.
-
-    Step or ramp is decided on the metrics that moved (`moved`, by their step test) together
-    (`_best_ramp`): the best common ramp must beat the best common step, at least one metric's
-    fit of that ramp must be a drift on its own (`_ramp_shift`), and no metric may move
-    `min_magnitude_pct` or more per night (then it is a step seen through noise). Returned: the
-    ramp fit of every metric of `figs` that moved or whose ramp is a drift on its own."""
-    step_cost, ramp_cost, k1, k2 = _best_ramp(moved, lo, hi, rule)
-    if not ramp_cost < step_cost:
-        return []
-    fits = {f.metric.name: _ramp_shift(f, lo, hi, k1, k2, rule) for f in figs}
-    names = {f.metric.name for f in moved}
-    shifts = [fit[0] for name, fit in fits.items() if fit is not None and (fit[1] or name in names)]
-    if not any(fit is not None and fit[1] for fit in fits.values()) or \
-            any(abs(s.rate_pct_per_night) >= rule.min_magnitude_pct for s in shifts):
-        return []
-    return shifts
+                        k1 + 1, k2, f.nights_in(lo, k1 + 1), f.nights_in(k2, hi), change / (k2 - k1))
+    return shift, p < rule.alpha and abs(change) >= rule.min_magnitude_pct
 
 
 # ---------------------------------------------------------------------------------------------
-# detection
+# 1. candidates and the merge
 
 
 def _pelt(signal: np.ndarray, rule: ChangePointRule) -> list[int]:
@@ -461,25 +422,29 @@ def _candidates(figs: list[_Figures], envs: list[EnvChange], n: int, rule: Chang
     return out
 
 
-def _segments_cost(figs: list[_Figures], edges: Sequence[int], floor_pct: float) -> float:
-    """Sum over metrics of the within-segment squares of the segments between `edges`, each
-    metric in units of its own noise (the l2 cost PELT minimises)."""
+def _shapes_cost(figs: list[_Figures], lo: int, hi: int, shapes: Sequence[tuple[int, int]], floor_pct: float
+                 ) -> float:
+    """Summed squares over nights [lo, hi) of the least-squares fit z = a + sum_j delta_j g_j(t),
+    g_j = clip((t - k1_j) / (k2_j - k1_j), 0, 1) for each change's (k1, k2) in `shapes` (a step
+    at c is (c - 1, c)), each metric of `figs` standardised to unit noise and fitted alone."""
     total = 0.0
     for f in figs:
         z = f.by_night(floor_pct)
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            seg = z[lo:hi]
-            seg = seg[~np.isnan(seg)]
-            if len(seg):
-                total += float(((seg - seg.mean()) ** 2).sum())
+        t = np.flatnonzero(~np.isnan(z[lo:hi])) + lo
+        if not len(t):
+            continue
+        x = np.column_stack([np.ones(len(t))] + [np.clip((t - k1) / (k2 - k1), 0.0, 1.0) for k1, k2 in shapes])
+        coef = np.linalg.lstsq(x, z[t], rcond=None)[0]
+        r = z[t] - x @ coef
+        total += float(r @ r)
     return total
 
 
 def _one_per_cluster(cands: dict[int, set[str]], figs: list[_Figures], n: int, rule: ChangePointRule
                      ) -> dict[int, set[str]]:
     """Candidates within one night of each other become one, at the night of the cluster where a
-    two-segment split of the span between the neighbouring clusters fits best (ties: the
-    earlier night); the rules of the cluster are kept together."""
+    step fits the span between the neighbouring clusters best (ties: the earlier night); the
+    rules of the cluster are kept together."""
     idx = sorted(i for i in cands if rule.min_segment_nights <= i <= n - rule.min_segment_nights)
     clusters: list[list[int]] = []
     for i in idx:
@@ -491,23 +456,25 @@ def _one_per_cluster(cands: dict[int, set[str]], figs: list[_Figures], n: int, r
     for k, cl in enumerate(clusters):
         lo = clusters[k - 1][-1] if k else 0
         hi = clusters[k + 1][0] if k + 1 < len(clusters) else n
-        best = min(cl, key=lambda c: (_segments_cost(figs, (lo, c, hi), rule.noise_floor_pct), c))
+        best = min(cl, key=lambda c: (_shapes_cost(figs, lo, hi, [(c - 1, c)], rule.noise_floor_pct), c))
         out[best] = set().union(*(cands[c] for c in cl))
     return out
 
 
-def _strength(shifts: list[MetricShift | None], rule: ChangePointRule) -> float:
-    """The p of the best metric past the minimum magnitude (1.0 where none is)."""
-    ps = [s.p_value for s in shifts if s is not None and abs(s.change_pct) >= rule.min_magnitude_pct]
-    return min(ps, default=1.0)
+def _step_shifts(figs: list[_Figures], edges: Sequence[int], i: int) -> list[MetricShift | None]:
+    """Each metric's step test at boundary edges[i + 1] between edges[i] and edges[i + 2]."""
+    return [_step_shift(f, edges[i], edges[i + 1], edges[i + 2]) for f in figs]
 
 
 def _merge(bounds: list[int], figs: list[_Figures], n: int, rule: ChangePointRule) -> list[int]:
-    """Otava's merge: drop the weakest failing candidate and re-test, until all pass."""
+    """Otava's merge: drop the weakest failing candidate and re-test, until all pass. A
+    candidate's strength is the p of its best metric past the minimum magnitude (1.0 where none
+    is)."""
     bounds = sorted(bounds)
     while bounds:
         edges = [0, *bounds, n]
-        strength = [_strength([_step_shift(f, edges[i], edges[i + 1], edges[i + 2]) for f in figs], rule)
+        strength = [min((s.p_value for s in _step_shifts(figs, edges, i)
+                         if s is not None and abs(s.change_pct) >= rule.min_magnitude_pct), default=1.0)
                     for i in range(len(bounds))]
         weakest = max(range(len(bounds)), key=lambda i: (strength[i], -bounds[i]))
         if strength[weakest] < rule.alpha:
@@ -516,71 +483,143 @@ def _merge(bounds: list[int], figs: list[_Figures], n: int, rule: ChangePointRul
     return bounds
 
 
+# ---------------------------------------------------------------------------------------------
+# 2. each change's shape: step or ramp; 3. joins
+
+
 @dataclass
-class _Described:
-    """One kept boundary: its kind, the shifts (strongest first), the nights [lo, start) before
-    and [end, hi) after the change (a step: start = end = the boundary)."""
+class _Change:
+    """A kept change: its boundary (from the merge), the metrics that moved there, the rules
+    that proposed it, and its shape: flat up to night k1, the new level from night k2
+    (k2 = k1 + 1: a step at k2)."""
 
     boundary: int
-    kind: str
-    shifts: list[MetricShift]
-    before: tuple[int, int]
-    after: tuple[int, int]
+    moved: list[_Figures]
+    found_by: set[str]
+    k1: int
+    k2: int
+
+    @property
+    def is_step(self) -> bool:
+        return self.k2 == self.k1 + 1
 
 
-def _describe(bounds: list[int], figs: list[_Figures], rule: ChangePointRule) -> list[_Described]:
-    """Each boundary from the two segments around it: the metrics whose step passes
-    (`_moved`), as a drift where `_drift` finds one."""
-    n = len(figs[0].present)
-    edges = [0, *bounds, n]
+def _span(changes: list[_Change], j: int, n: int) -> tuple[int, int]:
+    """The nights [lo, hi) change j is fitted on: from the first night at the new level of the
+    change before (0) to the last night at the old level of the change after (n)."""
+    lo = changes[j - 1].k2 if j else 0
+    hi = changes[j + 1].k1 + 1 if j + 1 < len(changes) else n
+    return lo, hi
+
+
+def _ramp_is_drift(figs: list[_Figures], moved: list[_Figures], lo: int, hi: int, k1: int, k2: int,
+                   rule: ChangePointRule) -> bool:
+    """A ramp k1 -> k2 over [lo, hi) is a drift: at least one metric's ramp is significant on its
+    own (`_ramp_shift`) and no metric that moved, or whose ramp is significant, moves
+    `min_magnitude_pct` or more per night (that is a step seen through noise)."""
+    names = {f.metric.name for f in moved}
+    fits = [(f, _ramp_shift(f, lo, hi, k1, k2, rule)) for f in figs]
+    fits = [(f, fit) for f, fit in fits if fit is not None]
+    if not any(ok for _, (_, ok) in fits):
+        return False
+    return all(abs(s.rate_pct_per_night) < rule.min_magnitude_pct
+               for f, (s, ok) in fits if ok or f.metric.name in names)
+
+
+def _best_ramp(moved: list[_Figures], lo: int, hi: int, k1_max: int, k2_min: int, rule: ChangePointRule
+               ) -> tuple[float, int, int]:
+    """The ramp over [lo, hi) that fits `moved` together best (their standardised summed
+    squares), with k1 <= k1_max, k2 >= k2_min, k2 - k1 >= min_drift_nights and, as for a step,
+    `min_segment_nights` nights at the old level (k1 >= lo + min_segment_nights - 1): (summed
+    squares, k1, k2), (inf, -1, -1) where none fits. Ties: the earliest start, then the
+    shortest."""
+    k1s = range(lo + rule.min_segment_nights - 1, min(k1_max, hi - 2) + 1)
+    total = np.zeros((hi, hi))
+    for f in moved:
+        z = f.by_night(rule.noise_floor_pct)
+        t = np.flatnonzero(~np.isnan(z[lo:hi])) + lo
+        total = total + _ramp_rss(t, z[t], k1s, k2_min, hi)
+    k1_grid, k2_grid = np.indices(total.shape)
+    total[k2_grid - k1_grid < rule.min_drift_nights] = np.inf
+    if not np.isfinite(total).any():
+        return math.inf, -1, -1
+    k1, k2 = np.unravel_index(int(np.argmin(total)), total.shape)
+    return float(total[k1, k2]), int(k1), int(k2)
+
+
+def _fit_shapes(changes: list[_Change], figs: list[_Figures], n: int, rule: ChangePointRule) -> None:
+    """Each change is a step at its boundary or the best ramp through it (k1 < boundary <= k2)
+    that fits its metrics better (`_best_ramp` against the step's summed squares) and is a drift
+    (`_ramp_is_drift`), fitted on the nights between its neighbours' shapes (`_span`); repeated
+    until no shape changes (at most 5 passes)."""
+    for _ in range(5):
+        changed = False
+        for j, ch in enumerate(changes):
+            lo, hi = _span(changes, j, n)
+            c = ch.boundary
+            shape = (c - 1, c)
+            step_cost = _shapes_cost(ch.moved, lo, hi, [shape], rule.noise_floor_pct)
+            ramp_cost, k1, k2 = _best_ramp(ch.moved, lo, hi, c - 1, c, rule)
+            if ramp_cost < step_cost and _ramp_is_drift(figs, ch.moved, lo, hi, k1, k2, rule):
+                shape = (k1, k2)
+            if shape != (ch.k1, ch.k2):
+                ch.k1, ch.k2 = shape
+                changed = True
+        if not changed:
+            break
+
+
+def _join(changes: list[_Change], figs: list[_Figures], n: int, rule: ChangePointRule) -> bool:
+    """Join the first pair of neighbouring changes that is one drift: both move their metrics the
+    same way; the level between them holds for at most `min_drift_nights` nights (a run of
+    same-direction changes), or one ramp over both fits their metrics (standardised) about as
+    well as the two shapes do (its summed squares at most theirs plus PELT's penalty for the
+    extra change, (d + 1) ln n); and that ramp is a drift (`_ramp_is_drift`). Returns whether
+    it joined one."""
+    pen = rule.penalty_scale * math.log(n)
+    for j in range(len(changes) - 1):
+        a, b = changes[j], changes[j + 1]
+        lo, hi = _span(changes, j, n)[0], _span(changes, j + 1, n)[1]
+        moved = [f for f in figs if f in a.moved or f in b.moved]
+        sa = [s for s, _ in filter(None, (_ramp_shift(f, lo, b.k1 + 1, a.k1, a.k2, rule) for f in a.moved))]
+        sb = [s for s, _ in filter(None, (_ramp_shift(f, a.k2, hi, b.k1, b.k2, rule) for f in b.moved))]
+        if len({s.verdict for s in (*sa, *sb)}) != 1:
+            continue
+        two = _shapes_cost(moved, lo, hi, [(a.k1, a.k2), (b.k1, b.k2)], rule.noise_floor_pct)
+        one, k1, k2 = _best_ramp(moved, lo, hi, a.boundary - 1, b.boundary, rule)
+        touching = b.k1 - a.k2 + 1 <= rule.min_drift_nights
+        if (touching or one <= two + (len(moved) + 1) * pen) and _ramp_is_drift(figs, moved, lo, hi, k1, k2, rule):
+            changes[j:j + 2] = [_Change(a.boundary, moved, a.found_by | b.found_by, k1, k2)]
+            return True
+    return False
+
+
+def _report(changes: list[_Change], figs: list[_Figures], nights: Sequence[Night], envs: list[EnvChange],
+            rule: ChangePointRule) -> list[ChangePoint]:
+    """A ChangePoint per change: a step's shifts from the t-test of the nights before and after
+    it within its span; a drift's from its ramp fitted over its span. Listed: the metrics that
+    moved at the merge and any other whose shift is significant past the minimum magnitude."""
     out = []
-    for i, c in enumerate(bounds):
-        lo, hi = edges[i], edges[i + 2]
-        steps = {f.metric.name: _step_shift(f, lo, c, hi) for f in figs}
-        moved = [f for f in figs if _moved(steps[f.metric.name], rule)]
-        drifts = _drift(figs, moved, lo, hi, rule) if moved else []
-        shifts = drifts or [steps[f.metric.name] for f in moved]
+    for j, ch in enumerate(changes):
+        lo, hi = _span(changes, j, len(nights))
+        names = {f.metric.name for f in ch.moved}
+        shifts = []
+        for f in figs:
+            if ch.is_step:
+                s = _step_shift(f, lo, ch.k2, hi)
+                ok = _moved(s, rule)
+            else:
+                fit = _ramp_shift(f, lo, hi, ch.k1, ch.k2, rule)
+                s, ok = fit if fit is not None else (None, False)
+            if s is not None and (ok or f.metric.name in names):
+                shifts.append(s)
         shifts.sort(key=lambda s: (s.p_value, s.metric))
-        start, end = (drifts[0].start_index, drifts[0].end_index) if drifts else (c, c)
-        out.append(_Described(c, DRIFT if drifts else STEP, shifts, (lo, start), (end, hi)))
+        night = ch.k1 + 1
+        near = tuple(e for e in envs if abs(e.index - night) <= 1 or abs(e.index - ch.boundary) <= 1)
+        out.append(ChangePoint(index=night, sweep_id=nights[night].sweep_id, kind=STEP if ch.is_step else DRIFT,
+                               shifts=tuple(shifts), env_changes=near, found_by=tuple(sorted(ch.found_by)),
+                               before=(lo, night), after=(ch.k2, hi)))
     return out
-
-
-def _join_drifts(bounds: list[int], figs: list[_Figures], rule: ChangePointRule) -> list[int]:
-    """Neighbouring change points that move every metric the same way (all better or all
-    worse) are fitted again as one (either boundary dropped) where one of them is a drift, or
-    where the best ramp over both fits their metrics at least as well as the two steps do (the
-    ramp is the simpler model: one change instead of two); kept joined where that fit is a
-    drift (the one with the smaller p where both boundaries give one)."""
-    described = _describe(bounds, figs, rule)
-    edges = [0, *bounds, len(figs[0].present)]
-    i = 0
-    while i + 1 < len(described):
-        a, b = described[i], described[i + 1]
-        verdicts = {s.verdict for s in (*a.shifts, *b.shifts)}
-        if len(verdicts) == 1:
-            try_join = DRIFT in (a.kind, b.kind)
-            if not try_join:
-                names = {s.metric for s in (*a.shifts, *b.shifts)}
-                both = [f for f in figs if f.metric.name in names]
-                lo, hi = edges[i], edges[i + 3]
-                two_steps = _segments_cost(both, (lo, a.boundary, b.boundary, hi), rule.noise_floor_pct)
-                try_join = _best_ramp(both, lo, hi, rule)[1] <= two_steps
-            if try_join:
-                # keep whichever of the two boundaries describes the whole as a drift (the step
-                # test at the other may see too little: a ramp inflates a segment's variance)
-                trials = []
-                for drop in (b.boundary, a.boundary):
-                    trial = [c for c in bounds if c != drop]
-                    joined = _describe(trial, figs, rule)
-                    if joined[i].kind == DRIFT:
-                        trials.append((joined[i].shifts[0].p_value, drop, trial, joined))
-                if trials:
-                    _, _, bounds, described = min(trials, key=lambda t: t[:2])
-                    edges, i = [0, *bounds, len(figs[0].present)], 0
-                    continue
-        i += 1
-    return bounds
 
 
 def detect_change_points(nights: Sequence[Night], rule: ChangePointRule | None = None) -> list[ChangePoint]:
@@ -599,17 +638,12 @@ def detect_change_points(nights: Sequence[Night], rule: ChangePointRule | None =
     envs = env_changes(nights)
     cands = _one_per_cluster(_candidates(figs, envs, n, rule), figs, n, rule)
     bounds = _merge(list(cands), figs, n, rule)
-    joined = _join_drifts(bounds, figs, rule)
-    for c in sorted(set(bounds) - set(joined)):  # a joined boundary's rules go to the nearest kept one
-        cands[min(joined, key=lambda b: (abs(b - c), b))] |= cands[c]
-    described = _describe(joined, figs, rule)
-    out = []
-    for d in described:
-        if not d.shifts:
-            continue
-        night = d.before[1]
-        near = tuple(e for e in envs if abs(e.index - night) <= 1 or abs(e.index - d.boundary) <= 1)
-        out.append(ChangePoint(index=night, sweep_id=nights[night].sweep_id, kind=d.kind, shifts=tuple(d.shifts),
-                               env_changes=near, found_by=tuple(sorted(cands[d.boundary])), before=d.before,
-                               after=d.after))
-    return out
+    edges = [0, *bounds, n]
+    changes = []
+    for i, c in enumerate(bounds):
+        moved = [f for f, s in zip(figs, _step_shifts(figs, edges, i), strict=True) if _moved(s, rule)]
+        changes.append(_Change(c, moved, set(cands[c]), c - 1, c))
+    _fit_shapes(changes, figs, n, rule)
+    while _join(changes, figs, n, rule):
+        _fit_shapes(changes, figs, n, rule)
+    return _report(changes, figs, nights, envs, rule)
