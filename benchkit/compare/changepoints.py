@@ -28,14 +28,18 @@ direction) is analysed as follows.
    weakest (largest p among metrics past the magnitude; 1 where none is) is removed while it
    fails, and its neighbours are re-tested against the wider segments, until every candidate
    has a metric that moved.
-3. **Step or drift.** Within the two segments around each kept change point, each metric that
-   moved is fitted by the best single step and by the best *ramp* (flat, a straight line over
-   L >= `min_drift_nights` nights, flat again; least squares over every start and end). A
-   *drift* is a ramp that fits better than the step, whose coefficient is significant at
-   `alpha` and whose total change is at least `min_magnitude_pct` while each night moves less
-   than `min_magnitude_pct` (a run of small same-direction changes). A drift's night is the
-   ramp's first changed night. Neighbouring change points where one is a drift and the other
-   moves the same metric the same way are fitted again as one.
+3. **Step or drift.** Each kept change is a step at its boundary, or a *ramp* through it (flat
+   up to night k1, a straight line to the new level at night k2 >= k1 + `min_drift_nights`,
+   flat after), whichever fits the metrics that moved there better (least squares over every
+   k1 < boundary <= k2, the metrics standardised as in 1), fitted on the nights between its
+   neighbours' shapes, repeated until no shape changes. A ramp is a *drift* only when at least
+   one metric's ramp coefficient is significant at `alpha` (Student's t) with a total change of
+   at least `min_magnitude_pct`, and no metric moves `min_magnitude_pct` or more per night (a
+   run of small same-direction changes; faster is a step seen through noise). Neighbouring
+   changes that move the same way are joined into one drift where the level between them holds
+   for at most `min_drift_nights` nights, or one ramp fits them within PELT's penalty for one
+   more change. A drift's night is its first changed night (k1 + 1); its figures are the ramp's
+   fitted levels before and after.
 
 Environment changes never hide a change point: a change point at, or one night next to, an
 environment change names the difference (`ChangePoint.env_changes`), and `env_changes(nights)`
@@ -165,13 +169,14 @@ class EnvChange:
 class MetricShift:
     """How one metric moved at a change point.
 
-    Step: `before_mean`, `after_mean` are the means (metric's unit) of every repeat in the two
-    adjacent segments, `p_value` the t-test's, `start_index` = `end_index` = the change point's
-    night. Drift: the fitted levels before and after the ramp, `p_value` the ramp
-    coefficient's, `start_index` its first changed night, `end_index` its first night at the
-    new level, `rate_pct_per_night` the change per night. `change_pct` = after / before - 1, in
-    %; `verdict` "better" or "worse" by the metric's direction; `nights_before` /
-    `nights_after`: nights with the metric in the segments tested.
+    Step: `before_mean`, `after_mean` are the means (metric's unit) of every repeat of the
+    nights before and after it (`ChangePoint.before` / `.after`), `p_value` the two-sided
+    Student's t-test's on those repeats, `start_index` = `end_index` = the change point's night.
+    Drift: the ramp's fitted levels before and after, `p_value` the ramp coefficient's,
+    `start_index` its first changed night, `end_index` its first night at the new level,
+    `rate_pct_per_night` the change per night. `change_pct` = after / before - 1, in %;
+    `verdict` "better" or "worse" by the metric's direction; `nights_before` / `nights_after`:
+    nights with the metric before the change and from its new level on.
     """
 
     metric: str
@@ -197,9 +202,10 @@ class ChangePoint:
     kind of its strongest metric). `shifts`: the metrics that moved, strongest (smallest p)
     first. `env_changes`: environment changes at this night or one night before or after.
     `found_by`: the rules that proposed it (`joint`, `metric:NAME`, `environment`). `before`,
-    `after`: the nights compared, as [start, stop) positions: a step's two adjacent segments; a
-    drift's nights before its ramp and from its end on (what `benchkit.compare.attribution`
-    reads the twin's figures over).
+    `after`: the nights compared, as [start, stop) positions: from the previous change's new
+    level to this change, and from this change's new level to the next change (for a drift:
+    before its ramp, and from the ramp's end on); `benchkit.compare.attribution` reads the
+    twin's figures over the same nights.
     """
 
     index: int
