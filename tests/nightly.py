@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchkit.execution.runner import RunOutcome
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
-from benchkit.sweeps.runner import RunOutcome
 from benchkit.sweeps.sweepfile import loads_sweep
 from runs.models import HardwareSnapshot, Host, Run, RunState, Sweep
 from runs.services import regressions

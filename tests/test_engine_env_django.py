@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from benchkit.sweeps.runner import RunOutcome
+from benchkit.execution.runner import RunOutcome
 from runs.models import Host, Run
 from runs.services.execution import store_outcome
 from runs.services.transitions import transition

@@ -113,7 +113,7 @@ def test_run_on_held_gpus_waits_then_fails_gpu_busy():
 
 
 def test_unclean_teardown_quarantines_host_and_later_runs_skip():
-    from benchkit.sweeps.runner import RunOutcome
+    from benchkit.execution.runner import RunOutcome
 
     sweep = make_sweep()
     run = make_run(sweep)

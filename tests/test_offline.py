@@ -21,8 +21,8 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from benchkit.execution.bundle import MANIFEST, BundleError, open_bundle, open_bundle_tar, sha256_hex, tar_bundle
 from benchkit.measure.logs import decode_logs
-from benchkit.sweeps.bundle import MANIFEST, BundleError, open_bundle, open_bundle_tar, sha256_hex, tar_bundle
 from runs.models import HardwareSnapshot, Host, HostToken, RequestLogBlob, Run, RunMetrics, RunState, RunTransition
 from runs.services import ingest
 from tests.synthetic_server import SyntheticConfig, SyntheticServer

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from benchkit.execution import runner
+from benchkit.execution.runner import RunOutcome
 from benchkit.measure import efficiency
 from benchkit.measure.gpu_samples import TelemetryStream, decode_telemetry
 from benchkit.measure.gpu_window import NO_GPUS_NOTE
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import GpuRef, RunSpec
-from benchkit.sweeps import runner
-from benchkit.sweeps.runner import RunOutcome
 from runs import selectors
 from runs.models import GpuPrice, GpuTelemetryBlob, Run, RunMetrics, RunState
 from runs.services.execution import store_outcome

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from benchkit.engines.adapters import adapter_for
 from benchkit.engines.catalog import DEFAULT_PORTS
+from benchkit.execution.runner import RunOutcome
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import RunSpec
-from benchkit.sweeps.runner import RunOutcome
 from benchkit.sweeps.sweepfile import load_sweep_file
 from runs.models import Run, RunState, Sweep
 from runs.services.execution import store_outcome

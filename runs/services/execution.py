@@ -1,4 +1,4 @@
-"""Execute one queued run: claim it, hold its GPUs, call benchkit.sweeps.runner, store the outcome.
+"""Execute one queued run: claim it, hold its GPUs, call benchkit.execution.runner, store the outcome.
 
 Slow I/O (server start, load) happens outside any transaction; the outcome is stored in one
 transaction, so a crash leaves the run `failed` with a reason and never half-stored metrics.
@@ -18,10 +18,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 
+from benchkit.execution.runner import RunOutcome, execute_runs
 from benchkit.measure.gpu_samples import encode_telemetry
 from benchkit.measure.logs import encode_logs
 from benchkit.specs import RunSpec
-from benchkit.sweeps.runner import RunOutcome, execute_runs
 from runs.models import ACTIVE_STATES, GpuTelemetryBlob, Host, RequestLogBlob, Run, RunState
 from runs.services import hosts, leases, regressions, supervision
 from runs.services.metrics_store import store_metrics
@@ -34,7 +34,7 @@ PROGRESS_MIN_INTERVAL_S = 1.0
 
 
 class _DjangoHooks:
-    """benchkit.sweeps.runner hooks that write state transitions and throttled progress to the run row."""
+    """benchkit.execution.runner hooks that write state transitions and throttled progress to the run row."""
 
     def __init__(self, run: Run) -> None:
         self.run = run

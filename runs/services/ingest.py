@@ -1,4 +1,4 @@
-"""Ingest offline bundles (benchkit.sweeps.bundle, written by `python -m benchkit run`) and the
+"""Ingest offline bundles (benchkit.execution.bundle, written by `python -m benchkit run`) and the
 per-host tokens that let a host send them over HTTP.
 
 A bundle becomes one Sweep (source `bundle:<bundle id>`, on the bundle's host) and one Run per
@@ -8,7 +8,7 @@ details, provenance, quarantine when the host's teardown left processes behind),
 inventory snapshot (runs.services.hosts.record_inventory, when it differs from the latest).
 
 Rules:
-- Every file is validated before the database is touched (benchkit.sweeps.bundle: pydantic
+- Every file is validated before the database is touched (benchkit.execution.bundle: pydantic
   models, sha256 against the manifest, decodable request logs). A manifest that cannot be read
   refuses the whole bundle (BundleError); a run file that cannot be read is refused with its
   reason naming the file, and nothing of that run is stored; the other runs are stored.
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from benchkit.execution.bundle import Bundle, BundleError, BundleRun, ManifestRun
+from benchkit.execution.runner import RunOutcome
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure.metrics import WindowMetrics
-from benchkit.sweeps.bundle import Bundle, BundleError, BundleRun, ManifestRun
-from benchkit.sweeps.runner import RunOutcome
 from runs.models import HardwareSnapshot, Host, HostToken, Run, RunState, Sweep
 from runs.services.execution import store_outcome
 from runs.services.hosts import get_or_create_host, record_inventory

@@ -140,7 +140,7 @@ BundleMetrics = metrics_model("BundleMetrics", lambda f: f.name, scaled=False, b
 
 
 class BundleRun(_Strict):
-    """runs/<uuid>.json: one executed run (benchkit.sweeps.runner.RunOutcome plus its identity).
+    """runs/<uuid>.json: one executed run (benchkit.execution.runner.RunOutcome plus its identity).
 
     `spec` is benchkit.specs.RunSpec.to_dict() and `point_key` its RunSpec.point_key() (checked);
     `state` succeeded (then `metrics` is set) or failed (`failure_reason`, a runner code, and

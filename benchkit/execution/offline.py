@@ -1,11 +1,11 @@
 """Run a sweep on a GPU host with no database and no broker, into a bundle folder
-(benchkit.sweeps.bundle): `python -m benchkit run SWEEP.yaml --out bundle/`.
+(benchkit.execution.bundle): `python -m benchkit run SWEEP.yaml --out bundle/` (benchkit.__main__
+reads the sweep file and plans its GPUs on this host's inventory; this module takes the runs).
 
-The same parts as a worker's run: the sweep file through benchkit.sweeps.sweepfile, GPUs planned
-on this host's inventory (benchkit.hosts.inventory, collected now), runs grouped by server start
-(benchkit.specs.server_groups, the sweep's `share_server`) and executed by
-benchkit.sweeps.runner.execute_runs. Each finished run is written at once (run file, then the
-manifest listing it); a sweep killed half-way leaves a bundle of the runs that finished.
+The same parts as a worker's run: runs grouped by server start (benchkit.specs.server_groups, the
+sweep's `share_server`) and executed by benchkit.execution.runner.execute_runs. Each finished run
+is written at once (run file, then the manifest listing it); a sweep killed half-way leaves a
+bundle of the runs that finished.
 """
 
 from __future__ import annotations
@@ -19,18 +19,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchkit.hosts.inventory import HostInventory, collect_inventory
-from benchkit.measure.logs import encode_logs
-from benchkit.specs import RunSpec, server_groups
-from benchkit.sweeps import sweepfile
-from benchkit.sweeps.bundle import (
+from benchkit.execution.bundle import (
     BundleManifest,
     BundleRun,
     BundleWriter,
     logs_part,
     to_json_data,
 )
-from benchkit.sweeps.runner import NullHooks, RunOutcome, execute_runs
+from benchkit.execution.runner import NullHooks, RunOutcome, execute_runs
+from benchkit.hosts.inventory import HostInventory
+from benchkit.measure.logs import encode_logs
+from benchkit.specs import RunSpec, server_groups
 
 
 def default_host_name() -> str:
@@ -87,28 +86,23 @@ def bundle_run(outcome: RunOutcome, spec: RunSpec, run_uuid: uuid.UUID, manifest
     )
 
 
-def run_offline(sweep_path: str | Path, out: str | Path, host: str | None = None,
-                variables: dict[str, str] | None = None, inventory: HostInventory | None = None,
+def run_offline(specs: list[RunSpec], out: str | Path, *, sweep_name: str, sweep_file: str, sweep_text: str,
+                share_server: bool, inventory: HostInventory, host: str | None = None,
                 progress: bool | None = None) -> OfflineSummary:
-    """Execute every run of the sweep file at `sweep_path` on this host and write the bundle `out`.
+    """Execute `specs` (a sweep's runs, GPUs planned on `inventory`, this host's) and write the
+    bundle `out`.
 
-    `host`: the name the dashboard knows this host by (default_host_name()); `variables` fill the
-    file's `{name}` placeholders; `inventory` defaults to collect_inventory() now (GPUs are planned
-    on it as a worker plans them on the host's latest snapshot). `progress`: a tqdm bar on stderr
-    (default: when stderr is a terminal; else one line per finished run).
-    Raises sweepfile.SweepError (bad file), allocation.AllocationError (too few GPUs),
-    FileExistsError (`out` holds a bundle already), pydantic.ValidationError (a host name that is
-    not 1-100 letters, digits, '.', '_', '-'); never raises for a benchmark failure (the run is
-    written `failed` with its reason)."""
-    sweep_path, out = Path(sweep_path), Path(out)
-    text = sweep_path.read_text(encoding="utf-8")
-    spec = sweepfile.loads_sweep(text, str(sweep_path), variables)
-    spec.require_resolved()
-    inventory = inventory if inventory is not None else collect_inventory()
-    _plan, specs = spec.expand_on(inventory if inventory.gpus else None)
+    `sweep_name`, `sweep_file` (its path), `sweep_text` (the file's text) go to the manifest;
+    `share_server`: the sweep's `share_server` (runs with one server key share a start);
+    `inventory` is recorded with every run; `host`: the name the dashboard knows this host by
+    (default_host_name()). `progress`: a tqdm bar on stderr (default: when stderr is a terminal;
+    else one line per finished run). Raises FileExistsError (`out` holds a bundle already),
+    pydantic.ValidationError (a host name that is not 1-100 letters, digits, '.', '_', '-');
+    never raises for a benchmark failure (the run is written `failed` with its reason)."""
+    out = Path(out)
     manifest = BundleManifest(bundle_id=uuid.uuid4(), host=host or default_host_name(),
-                              created_at=datetime.now(UTC), sweep_name=spec.name, sweep_file=str(sweep_path)[-500:],
-                              sweep_text=text)
+                              created_at=datetime.now(UTC), sweep_name=sweep_name, sweep_file=sweep_file[-500:],
+                              sweep_text=sweep_text)
     writer = BundleWriter(out, manifest)
     show_bar = sys.stderr.isatty() if progress is None else progress
     counts = {"succeeded": 0, "failed": 0}
@@ -116,14 +110,14 @@ def run_offline(sweep_path: str | Path, out: str | Path, host: str | None = None
     if show_bar:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(specs), unit="run", desc=spec.name, file=sys.stderr)
+        bar = tqdm(total=len(specs), unit="run", desc=sweep_name, file=sys.stderr)
 
     def show(text: str) -> None:
         if bar is not None:
             bar.set_postfix_str(text, refresh=True)
 
     try:
-        for n, group in enumerate(server_groups(specs, spec.share_server)):
+        for n, group in enumerate(server_groups(specs, share_server)):
             group_specs = [specs[i] for i in group]
             hooks = [_Progress(f"run {i + 1}/{len(specs)}", show) for i in group]
             t0 = datetime.now(UTC)
