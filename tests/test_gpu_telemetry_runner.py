@@ -26,7 +26,7 @@ from benchkit.measure.efficiency import gpu_energy
 from benchkit.measure.gpu_samples import decode_telemetry
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 from runs.models import GpuTelemetryBlob, RunMetrics, RunState
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from runs.services.transitions import transition
 from tests.factories import make_run, make_sweep
 from tests.synthetic_server import SyntheticConfig, SyntheticServer

@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 
 from benchkit.execution import runner
-from benchkit.execution.runner import RunOutcome
+from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import efficiency
 from benchkit.measure.gpu_samples import TelemetryStream, decode_telemetry
 from benchkit.measure.gpu_window import NO_GPUS_NOTE
@@ -22,7 +22,7 @@ from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import GpuRef, RunSpec
 from runs import selectors
 from runs.models import GpuPrice, GpuTelemetryBlob, Run, RunMetrics, RunState
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from runs.services.recompute import recompute_run
 from runs.services.transitions import transition
 from tests.factories import make_logs, make_run, make_sweep

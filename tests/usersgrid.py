@@ -23,14 +23,14 @@ from pathlib import Path
 
 from benchkit.engines.adapters import adapter_for
 from benchkit.engines.catalog import DEFAULT_PORTS
-from benchkit.execution.runner import RunOutcome
+from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import RunSpec
 from benchkit.sweeps.sweepfile import load_sweep_file
 from runs.models import Run, RunState, Sweep
-from runs.services.execution import store_outcome
 from runs.services.hosts import record_inventory
+from runs.services.outcomes import store_outcome
 from runs.services.sweeps import create_sweep
 from runs.services.transitions import transition
 from tests.factories import make_host

@@ -19,16 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchkit.execution.bundle import (
-    BundleManifest,
-    BundleRun,
-    BundleWriter,
-    logs_part,
-    to_json_data,
-)
-from benchkit.execution.runner import NullHooks, RunOutcome, execute_runs
+from benchkit.execution.bundle import BundleManifest, BundleRun, BundleWriter, to_json_data
+from benchkit.execution.outcome import RunOutcome
+from benchkit.execution.runner import NullHooks, execute_runs
 from benchkit.hosts.inventory import HostInventory
-from benchkit.measure.logs import encode_logs
 from benchkit.specs import RunSpec, server_groups
 
 
@@ -65,25 +59,12 @@ class OfflineSummary:
 
 def bundle_run(outcome: RunOutcome, spec: RunSpec, run_uuid: uuid.UUID, manifest: BundleManifest,
                inventory: HostInventory, started_at: datetime, finished_at: datetime) -> BundleRun:
-    """The bundle file of one finished run (see BundleRun): the outcome's figures, logs (encoded as
-    the database stores them), server details and provenance, the spec and the inventory."""
-    logs = None
-    if outcome.logs is not None:
-        logs = logs_part(outcome.logs, encode_logs(outcome.logs), outcome.window_start_ns, outcome.window_end_ns)
-    return BundleRun(
-        uuid=run_uuid, bundle_id=manifest.bundle_id, host=manifest.host, sweep_name=manifest.sweep_name,
-        point_key=spec.point_key(), spec=to_json_data(spec.to_dict()),
-        state="succeeded" if outcome.ok else "failed", failure_reason=outcome.reason[:50],
-        failure_message=outcome.message[:5000], started_at=started_at, finished_at=finished_at,
-        metrics=outcome.metrics.to_dict() if outcome.ok and outcome.metrics is not None else None,
-        spec_source=outcome.spec_source[:300], distributions=to_json_data(outcome.distributions),
-        suspect_reasons=list(outcome.suspect_reasons), argv=list(outcome.argv), env=dict(outcome.env),
-        server_log_tail=outcome.server_log_tail[-20000:], server_shared=outcome.server_shared, port=outcome.port,
-        engine_version=outcome.engine_version[:100], engine_commit=outcome.engine_commit[:64],
-        provenance=to_json_data(outcome.provenance), teardown=to_json_data(outcome.teardown),
-        client_headroom=to_json_data(outcome.client_headroom), request_logs=logs,
-        inventory=to_json_data(inventory.to_dict()),
-    )
+    """The bundle file of one finished run (see BundleRun): the outcome as it is, plus the run's
+    identity (UUID, the manifest's bundle, host and sweep, the spec and its point key), its times
+    and the host's inventory."""
+    return BundleRun(**dict(outcome), uuid=run_uuid, bundle_id=manifest.bundle_id, host=manifest.host,
+                     sweep_name=manifest.sweep_name, point_key=spec.point_key(), spec=to_json_data(spec.to_dict()),
+                     started_at=started_at, finished_at=finished_at, inventory=to_json_data(inventory.to_dict()))
 
 
 def run_offline(specs: list[RunSpec], out: str | Path, *, sweep_name: str, sweep_file: str, sweep_text: str,
