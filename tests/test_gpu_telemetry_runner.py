@@ -1,7 +1,7 @@
 """On a real NVIDIA GPU host (issue 12 phase 2): the runner's own telemetry path (the real
 TelemetrySampler child started by `benchkit.execution.runner._measure` around the warmup and the
 window) while a child process runs a bf16 matrix-multiply loop on GPU 0, then the outcome stored
-by `execution.store_outcome`. The stored efficiency figures must be present and plausible: power
+by `outcomes.store_outcome`. The stored efficiency figures must be present and plausible: power
 well above the GPU's idle power read just before, energy from the energy counter (Volta+), J per
 output token consistent with the energy and the tokens.
 

@@ -2,7 +2,7 @@
 GpuTelemetryBlob beside the request logs (failed runs too), the efficiency / client fields of
 the metric schema, suspect marks on the run, recompute re-deriving the GPU figures, GpuPrice and
 the cost priced when read. Outcomes go through the runner's own `_finish` and
-`execution.store_outcome`."""
+`outcomes.store_outcome`."""
 
 from __future__ import annotations
 
