@@ -193,12 +193,12 @@ def _clipped(name: str, keep_end: bool = False) -> Any:
     return Annotated[str, Strict(), AfterValidator(lambda s: s[-n:] if keep_end else s[:n])]
 
 
-Logs = Annotated[Any, PlainValidator(_logs_in), PlainSerializer(_logs_out, when_used="json")]
-Telemetry = Annotated[Any, PlainValidator(_telemetry_in), PlainSerializer(_telemetry_out, when_used="json")]
-Metrics = Annotated[OutcomeMetrics | None, BeforeValidator(_metrics_in),  # type: ignore[valid-type]
+_Logs = Annotated[Any, PlainValidator(_logs_in), PlainSerializer(_logs_out, when_used="json")]
+_Telemetry = Annotated[Any, PlainValidator(_telemetry_in), PlainSerializer(_telemetry_out, when_used="json")]
+_Metrics = Annotated[OutcomeMetrics | None, BeforeValidator(_metrics_in),  # type: ignore[valid-type]
                     AfterValidator(_metrics_of), PlainSerializer(lambda m: None if m is None else m.to_dict())]
-Efficiency = Annotated[dict[str, Any] | None, _shaped(TypeAdapter(EfficiencyFigures), drop=("tokens_counted",))]
-GpuCheck = Annotated[dict[str, Any] | None, _shaped(TypeAdapter(GpuWindowCheck))]
+_Efficiency = Annotated[dict[str, Any] | None, _shaped(TypeAdapter(EfficiencyFigures), drop=("tokens_counted",))]
+_GpuCheck = Annotated[dict[str, Any] | None, _shaped(TypeAdapter(GpuWindowCheck))]
 
 
 class RunOutcome(BaseModel):
@@ -251,20 +251,20 @@ class RunOutcome(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
     teardown: dict[str, Any] = Field(default_factory=dict)
     timings_s: dict[str, float] = Field(default_factory=dict)
-    logs: Logs = None
+    logs: _Logs = None
     window_start_ns: int = 0
     window_end_ns: int = 0
-    metrics: Metrics = None
+    metrics: _Metrics = None
     spec_source: _clipped("spec_source") = ""  # type: ignore[valid-type]
     distributions: dict[str, list[float]] = Field(default_factory=dict)
     suspect_reasons: list[str] = Field(default_factory=list)
     violations: list[tuple[str, str]] = Field(default_factory=list)
     client_headroom: dict[str, Any] = Field(default_factory=dict)
-    telemetry: Telemetry = None
+    telemetry: _Telemetry = None
     telemetry_note: str = ""
     idle_used_mib: dict[str, int] = Field(default_factory=dict)
-    efficiency: Efficiency = None
-    gpu_check: GpuCheck = None
+    efficiency: _Efficiency = None
+    gpu_check: _GpuCheck = None
     source_tool: _clipped("source_tool") = TOOL_DRAFTBOARD  # type: ignore[valid-type]
     definitions: dict[str, str] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
