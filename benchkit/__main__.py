@@ -1,6 +1,6 @@
 """`python -m benchkit run SWEEP.yaml --out bundle/ [--host NAME] [--set KEY=VALUE ...]`: execute a
 sweep on this GPU host with no database and no broker and write an offline bundle
-(benchkit.sweeps.offline, benchkit.sweeps.bundle); ingest it on the dashboard's machine with
+(benchkit.execution.offline, benchkit.execution.bundle); ingest it on the dashboard's machine with
 `manage.py ingest bundle/` or `POST /api/ingest/` (README, "Offline hosts").
 
 Exit status: 0 when every run succeeded, 1 when some run failed (the bundle holds it with its
@@ -13,6 +13,37 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchkit.execution.offline import OfflineSummary
+    from benchkit.hosts.inventory import HostInventory
+
+
+def run_sweep_offline(sweep_path: str | Path, out: str | Path, host: str | None = None,
+                      variables: dict[str, str] | None = None, inventory: HostInventory | None = None,
+                      progress: bool | None = None) -> OfflineSummary:
+    """Execute every run of the sweep file at `sweep_path` on this host into the bundle `out`
+    (benchkit.execution.offline.run_offline): the file read by benchkit.sweeps.sweepfile with its
+    `{name}` placeholders filled from `variables`, its GPUs planned on `inventory` (default:
+    collect_inventory() now, as a worker plans them on the host's latest snapshot).
+    Raises sweepfile.SweepError (bad file; sweepfile.PointsRefused for runs the host cannot hold:
+    TP above its GPU count, a pinned GPU it lacks, a NUMA crossing the file forbids) and what
+    run_offline raises."""
+    from benchkit.execution.offline import default_host_name, run_offline
+    from benchkit.hosts.inventory import collect_inventory
+    from benchkit.sweeps import sweepfile
+
+    sweep_path = Path(sweep_path)
+    text = sweep_path.read_text(encoding="utf-8")
+    spec = sweepfile.loads_sweep(text, str(sweep_path), variables)
+    spec.require_resolved()
+    inventory = inventory if inventory is not None else collect_inventory()
+    host = host or default_host_name()
+    _plan, specs = spec.expand_on(inventory, host)  # PointsRefused (a SweepError) before anything runs
+    return run_offline(specs, out, sweep_name=spec.name, sweep_file=str(sweep_path), sweep_text=text,
+                       share_server=spec.share_server, inventory=inventory, host=host, progress=progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,12 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from benchkit.hosts.allocation import AllocationError
-    from benchkit.sweeps.offline import run_offline
     from benchkit.sweeps.sweepfile import SweepError, parse_variables
 
     try:
-        summary = run_offline(args.sweep, args.out, host=args.host, variables=parse_variables(args.set) or None,
-                              progress=False if args.no_progress else None)
+        summary = run_sweep_offline(args.sweep, args.out, host=args.host, variables=parse_variables(args.set) or None,
+                                    progress=False if args.no_progress else None)
     except (SweepError, AllocationError, FileExistsError, ValueError, OSError) as exc:
         reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         for line in reason.splitlines():  # PointsRefused: one `file:line: field: reason` per TP degree

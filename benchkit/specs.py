@@ -1,6 +1,6 @@
 """Plain dataclasses describing one benchmark run: the server to start and the load to send.
 
-These are the inputs of `benchkit.sweeps.runner.execute_run` and the unit that a sweep file expands
+These are the inputs of `benchkit.execution.runner.execute_run` and the unit that a sweep file expands
 into (`benchkit.sweeps.sweepfile`). They are JSON-serialisable through `dataclasses.asdict` and
 `RunSpec.from_dict`, which is how the Django layer stores them on a run row.
 """

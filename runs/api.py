@@ -1,7 +1,7 @@
 """HTTP API of the runs app: `POST /api/ingest/` stores an offline bundle (runs.services.ingest).
 
 Request: the bundle folder as a tar.gz body (`tar czf - -C bundle manifest.json runs`, or
-benchkit.sweeps.bundle.tar_bundle), `Content-Type: application/gzip`, and the host's token
+benchkit.execution.bundle.tar_bundle), `Content-Type: application/gzip`, and the host's token
 (created in the admin, Host tokens) as `Authorization: Bearer <token>`. Answers JSON
 (runs.services.ingest.IngestReport.to_dict: counts and one entry per run file):
 
@@ -21,7 +21,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from benchkit.sweeps.bundle import BundleError, open_bundle_tar
+from benchkit.execution.bundle import BundleError, open_bundle_tar
 from runs.services.ingest import IngestRefused, authenticate, ingest_bundle
 
 _CHUNK = 1024 * 1024

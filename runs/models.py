@@ -212,7 +212,7 @@ class Run(models.Model):
     engine = models.CharField(max_length=20)
     engine_build = models.CharField(max_length=100, blank=True)
     engine_version = models.CharField(max_length=TEXT_LIMITS["engine_version"], blank=True)
-    engine_commit = models.CharField(max_length=64, blank=True)
+    engine_commit = models.CharField(max_length=TEXT_LIMITS["engine_commit"], blank=True)
     provenance = models.JSONField(
         default=dict, blank=True,
         help_text="what the engine's own environment said about itself (benchkit.engines.environment."
@@ -239,7 +239,8 @@ class Run(models.Model):
     repeat_index = models.PositiveIntegerField(default=0)
 
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.QUEUED)
-    failure_reason = models.CharField(max_length=50, blank=True, help_text="machine-readable code")
+    failure_reason = models.CharField(max_length=TEXT_LIMITS["failure_reason"], blank=True,
+                                      help_text="machine-readable code")
     failure_message = models.TextField(blank=True)
     invalidated_reason = models.TextField(blank=True)
     suspect = models.BooleanField(default=False)

@@ -3,12 +3,12 @@ store_outcome), with metrics computed by benchkit.measure.metrics from hand-buil
 
 from __future__ import annotations
 
+from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import GpuRef, RunSpec, ServerConfig, WorkloadSpec
-from benchkit.sweeps.runner import RunOutcome
 from runs.models import Host, Run, RunState, Sweep
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from runs.services.sweeps import run_fields
 from runs.services.transitions import transition
 

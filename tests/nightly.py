@@ -36,12 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchkit.sweeps.runner import RunOutcome
+from benchkit.execution.outcome import RunOutcome
 from benchkit.sweeps.sweepfile import loads_sweep
 from runs.models import HardwareSnapshot, Host, Run, RunState, Sweep
 from runs.services import regressions
-from runs.services.execution import store_outcome
 from runs.services.hosts import record_inventory
+from runs.services.outcomes import store_outcome
 from runs.services.sweeps import create_sweep
 from runs.services.transitions import transition
 from tests.nightly_figures import (  # noqa: F401  (AR_TOK_S, SPEEDUP, TAU: re-exported for current users)

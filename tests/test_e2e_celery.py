@@ -88,8 +88,9 @@ def test_two_run_sweep_through_celery(worker, demo_models):
     all_runs = list(Run.objects.filter(sweep=sweep).select_related("metrics").order_by("id"))
     for r in all_runs:
         assert r.state == RunState.SUCCEEDED, (r.failure_reason, r.failure_message, worker_log.read_text()[-3000:])
-        assert list(RunTransition.objects.filter(run=r).values_list("to_state", flat=True)) == [
-            "preflight", "starting", "warming", "measuring", "stopping", "succeeded"]
+        assert list(RunTransition.objects.filter(run=r).values_list("from_state", "to_state")) == [
+            ("new", "queued"), ("queued", "preflight"), ("preflight", "starting"), ("starting", "warming"),
+            ("warming", "measuring"), ("measuring", "stopping"), ("stopping", "succeeded")]
         assert r.server_shared
     # the concurrency-2 run of each configuration reused the server of the concurrency-1 run
     for first, second in (all_runs[0:2], all_runs[2:4]):

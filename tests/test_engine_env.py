@@ -24,9 +24,9 @@ from benchkit.engines.adapters import adapter_for
 from benchkit.engines.environment import check_engine_env
 from benchkit.engines.flags import EngineConfigError
 from benchkit.engines.server import ManagedServer, ServerStartError
+from benchkit.execution.runner import choose_port, execute_run
 from benchkit.hosts.preflight import PreflightError
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
-from benchkit.sweeps.runner import choose_port, execute_run
 from tests import standin
 
 
@@ -62,7 +62,7 @@ def standin_spec(root, port=None, method="auto", **server) -> RunSpec:
 
 
 def test_choose_port_takes_a_kernel_free_port_whose_derived_ports_are_free(monkeypatch):
-    from benchkit.sweeps import runner
+    from benchkit.execution import runner
 
     vllm, sgl = adapter_for("vllm"), adapter_for("sglang")
     p = choose_port(vllm)
@@ -106,7 +106,7 @@ def test_unpinned_run_gets_a_free_port_recorded_with_the_run(standin_flags):
 def test_a_port_taken_by_another_program_after_it_was_chosen_is_port_in_use(tmp_path):
     """The readiness check may be answered by whoever listens on the port: the runner checks that
     the listener is in the server's process group."""
-    from benchkit.sweeps.runner import _check_listener
+    from benchkit.execution.runner import _check_listener
 
     foreign = hold()
     port = foreign.getsockname()[1]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from benchkit.sweeps.runner import RunOutcome
+from benchkit.execution.outcome import RunOutcome
 from runs.models import Host, Run
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from runs.services.transitions import transition
 from tests.factories import make_run, make_sweep
 

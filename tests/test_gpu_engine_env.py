@@ -39,11 +39,11 @@ def test_provenance_names_the_cuda_build_of_torch():
 
 def test_a_run_reaches_its_gpu_and_teardown_frees_it(tmp_path, monkeypatch):
     pytest.importorskip("torch")
+    from benchkit.execution.runner import execute_run
     from benchkit.hosts.allocation import choose_gpus
     from benchkit.hosts.inventory import collect_inventory
     from benchkit.hosts.preflight import gpu_memory_used
     from benchkit.specs import Limits, RunSpec, ServerConfig, WorkloadSpec
-    from benchkit.sweeps.runner import execute_run
     from tests import standin
 
     inventory = collect_inventory()

@@ -1,7 +1,7 @@
 """On a real NVIDIA GPU host (issue 12 phase 2): the runner's own telemetry path (the real
-TelemetrySampler child started by `benchkit.sweeps.runner._measure` around the warmup and the
+TelemetrySampler child started by `benchkit.execution.runner._measure` around the warmup and the
 window) while a child process runs a bf16 matrix-multiply loop on GPU 0, then the outcome stored
-by `execution.store_outcome`. The stored efficiency figures must be present and plausible: power
+by `outcomes.store_outcome`. The stored efficiency figures must be present and plausible: power
 well above the GPU's idle power read just before, energy from the energy counter (Volta+), J per
 output token consistent with the energy and the tokens.
 
@@ -19,14 +19,14 @@ import time
 
 import pytest
 
+from benchkit.execution.runner import NullHooks, execute_runs
 from benchkit.hosts.inventory import collect_inventory
 from benchkit.hosts.telemetry import TelemetrySampler
 from benchkit.measure.efficiency import gpu_energy
 from benchkit.measure.gpu_samples import decode_telemetry
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
-from benchkit.sweeps.runner import NullHooks, execute_runs
 from runs.models import GpuTelemetryBlob, RunMetrics, RunState
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from runs.services.transitions import transition
 from tests.factories import make_run, make_sweep
 from tests.synthetic_server import SyntheticConfig, SyntheticServer

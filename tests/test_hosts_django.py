@@ -12,8 +12,8 @@ from django_celery_beat.models import PeriodicTask
 
 from runs.models import GpuLease, Host, Run, RunState, Sweep
 from runs.services import execution, leases
-from runs.services.execution import store_outcome
 from runs.services.hosts import record_inventory
+from runs.services.outcomes import store_outcome
 from runs.services.sweeps import create_sweep_from_file
 from runs.services.transitions import transition
 from tests.factories import make_host, make_run, make_sweep
@@ -114,7 +114,7 @@ def test_run_on_held_gpus_waits_then_fails_gpu_busy():
 
 
 def test_unclean_teardown_quarantines_host_and_later_runs_skip():
-    from benchkit.sweeps.runner import RunOutcome
+    from benchkit.execution.outcome import RunOutcome
 
     sweep = make_sweep()
     run = make_run(sweep)

@@ -136,7 +136,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_benchkit_imports_no_django():
     modules = _benchkit_modules()
-    assert "benchkit.sweeps.runner" in modules and "benchkit.measure.loadgen" in modules
+    assert "benchkit.execution.runner" in modules and "benchkit.measure.loadgen" in modules
     code = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules) + \
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n" \
         "print(','.join(bad))\n"
@@ -147,6 +147,9 @@ def test_benchkit_imports_no_django():
 
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("benchkit", ("django", "runs", "analysis", "benchsite", "celery")),
+    # execution takes RunSpecs: the sweep-file side (parsing, dry run) sits above it
+    ("benchkit/execution", ("benchkit.sweeps",)),
+    ("benchkit/measure", ("benchkit.execution", "benchkit.sweeps")),
     ("runs", ("analysis", "benchsite")),
     ("runs/services", ("runs.tasks", "runs.worker", "benchsite.celery")),
     ("runs/selectors.py", ("runs.services", "runs.tasks")),

@@ -22,9 +22,9 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from benchkit.execution.bundle import MANIFEST, BundleError, open_bundle, open_bundle_tar, sha256_hex, tar_bundle
 from benchkit.measure.logs import decode_logs
-from benchkit.sweeps.bundle import MANIFEST, BundleError, open_bundle, open_bundle_tar, sha256_hex, tar_bundle
-from benchkit.sweeps.offline import run_offline
+from benchkit.__main__ import run_sweep_offline
 from benchkit.sweeps.sweepfile import PointsRefused
 from runs.models import HardwareSnapshot, Host, HostToken, RequestLogBlob, Run, RunMetrics, RunState, RunTransition
 from runs.services import ingest
@@ -100,9 +100,9 @@ def test_offline_run_writes_every_run_with_its_figures_logs_and_inventory(bundle
         assert run.point_key == run.run_spec().point_key() and run.uuid == entry.uuid
         assert run.metrics.completed == NUM_PROMPTS and run.metrics.total_output_tokens == 16 * NUM_PROMPTS
         assert run.metrics.acceptance_length == pytest.approx(1 + 11 / 4) and run.spec_source == "vllm"
-        logs = run.request_logs.decode()
+        logs = run.logs
         assert len([r for r in logs if not r.warmup]) == NUM_PROMPTS and all(r.ok for r in logs)
-        assert run.request_logs.n_warmup == len(logs) - NUM_PROMPTS
+        assert run.window_start_ns < run.window_end_ns and len(logs) > NUM_PROMPTS  # the warmup is kept
         assert run.inventory["hostname"] and "fingerprint" in run.inventory
         assert run.server_shared and run.provenance.get("build") == "external"
     assert concurrencies == [1, 2]
@@ -172,7 +172,7 @@ def test_ingest_stores_each_run_once_and_a_second_ingest_is_a_noop(bundle):
         assert row.concurrency == src.spec["workload"]["concurrency"] and row.engine == "external"
         assert row.metrics.acceptance_length == pytest.approx(src.metrics.acceptance_length)
         assert row.metrics.median_ttft_ms == pytest.approx(src.metrics.median_ttft_ms)
-        assert len(decode_logs(bytes(row.request_logs.data))) == src.request_logs.n_requests
+        assert decode_logs(bytes(row.request_logs.data)) == src.logs
         assert row.provenance == src.provenance and row.finished_at == src.finished_at
         assert any("ingested from offline bundle" in t.note for t in row.transitions.all())
     assert HardwareSnapshot.objects.filter(host__name=HOST).count() == 1
@@ -244,7 +244,7 @@ def test_a_point_the_host_cannot_hold_refuses_the_sweep_before_anything_runs(tmp
     path.write_text(text)
     line = {row.split(":")[0].strip(): n for n, row in enumerate(text.splitlines(), start=1)}
     with pytest.raises(PointsRefused) as err:
-        run_offline(path, tmp_path / "bundle", host=HOST, inventory=h200_inventory())
+        run_sweep_offline(path, tmp_path / "bundle", host=HOST, inventory=h200_inventory())
     assert str(err.value).splitlines() == [
         f"{path}:{line['tp']}: grid.tp[2]: host {HOST}: TP3 needs 3 GPUs; the host has 2 GPUs [0, 1]",
         f"{path}:{line['2']}: gpus.2: host {HOST}: pinned GPUs [2] are not on the host: the host has 2 GPUs [0, 1]",

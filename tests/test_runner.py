@@ -1,10 +1,10 @@
-"""benchkit.sweeps.runner against a synthetic server with known timings and counters (ground truth):
+"""benchkit.execution.runner against a synthetic server with known timings and counters (ground truth):
 runs that share one server each get their own window and their own counter deltas."""
 
 import pytest
 
+from benchkit.execution.runner import NullHooks, execute_runs
 from benchkit.specs import Limits, RunSpec, ServerConfig, WorkloadSpec
-from benchkit.sweeps.runner import NullHooks, execute_runs
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from benchkit.execution import runner
+from benchkit.execution.runner import NullHooks, execute_runs
 from benchkit.hosts.telemetry import TelemetrySampler
 from benchkit.measure.gpu_samples import TelemetryStream, decode_telemetry
 from benchkit.measure.gpu_window import NO_GPUS_NOTE
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
-from benchkit.sweeps import runner
-from benchkit.sweeps.runner import NullHooks, execute_runs
 from tests.fixtures.telemetry import make_streams
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 

@@ -2,7 +2,7 @@
 GpuTelemetryBlob beside the request logs (failed runs too), the efficiency / client fields of
 the metric schema, suspect marks on the run, recompute re-deriving the GPU figures, GpuPrice and
 the cost priced when read. Outcomes go through the runner's own `_finish` and
-`execution.store_outcome`."""
+`outcomes.store_outcome`."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from benchkit.execution import runner
+from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import efficiency
 from benchkit.measure.gpu_samples import TelemetryStream, decode_telemetry
 from benchkit.measure.gpu_window import NO_GPUS_NOTE
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import GpuRef, RunSpec
-from benchkit.sweeps import runner
-from benchkit.sweeps.runner import RunOutcome
 from runs import selectors
 from runs.models import GpuPrice, GpuTelemetryBlob, Run, RunMetrics, RunState
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from runs.services.recompute import recompute_run
 from runs.services.transitions import transition
 from tests.factories import make_logs, make_run, make_sweep

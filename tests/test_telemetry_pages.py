@@ -20,7 +20,7 @@ from benchkit.measure.metrics import METRIC_FIELDS
 from benchkit.specs import GpuRef
 from runs import selectors
 from runs.models import GpuPrice, Run, RunMetrics
-from runs.services.execution import store_outcome
+from runs.services.outcomes import store_outcome
 from tests.factories import make_run, make_sweep
 from tests.test_telemetry_django import H200, U0, U1, drive, fixture, outcome_for
 

@@ -4,7 +4,7 @@
 `runs.services.sweeps.create_sweep` on a host whose inventory is the users' 8-GPU PCIe machine
 (tests/test_allocation.pcie8_inventory: TP1 on GPU0, TP4 on GPUs 0-3, TP8 across both
 sockets), drives every run through its states (`transitions.transition`) and stores an
-outcome with `runs.services.execution.store_outcome`, exactly as a worker does. Each outcome
+outcome with `runs.services.outcomes.store_outcome`, exactly as a worker does. Each outcome
 carries request logs built so that the window's metrics (benchkit.measure.metrics, computed
 from the logs) reproduce the figures below, the SGLang command line the engine adapter builds,
 and spec-decode counter figures.
@@ -23,14 +23,14 @@ from pathlib import Path
 
 from benchkit.engines.adapters import adapter_for
 from benchkit.engines.catalog import DEFAULT_PORTS
+from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
 from benchkit.specs import RunSpec
-from benchkit.sweeps.runner import RunOutcome
 from benchkit.sweeps.sweepfile import load_sweep_file
 from runs.models import Run, RunState, Sweep
-from runs.services.execution import store_outcome
 from runs.services.hosts import record_inventory
+from runs.services.outcomes import store_outcome
 from runs.services.sweeps import create_sweep
 from runs.services.transitions import transition
 from tests.factories import make_host

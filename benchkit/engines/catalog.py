@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal
 
 #: engine -> its usual port (what users know it by; servers draftboard starts get a free port
-#: chosen when they start, benchkit.sweeps.runner.choose_port, unless a sweep file pins `port:`).
+#: chosen when they start, benchkit.execution.runner.choose_port, unless a sweep file pins `port:`).
 DEFAULT_PORTS: dict[str, int] = {"vllm": 8000, "sglang": 30000, "external": 0}
 ENGINES: tuple[str, ...] = tuple(DEFAULT_PORTS)
 #: Engines draftboard starts itself, with flags from engine_flags.yaml.

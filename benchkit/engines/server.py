@@ -14,7 +14,7 @@ The server must not outlive the process that started it (issue 11). Two layers c
   PDEATHSIG SIGKILL), the kernel sends the leader SIGTERM at once. Engines stop their own
   workers on SIGTERM (vLLM's API server, SGLang's launcher). It covers only the leader, only a
   leader that still obeys SIGTERM, and only the death of the starting *thread* (so `start()`
-  and the server's whole life belong in one thread, as in benchkit.sweeps.runner).
+  and the server's whole life belong in one thread, as in benchkit.execution.runner).
 - Everything else (grandchildren left behind, a leader that ignores SIGTERM, a server started
   by a process that then hung) is the supervisor's: the run row records the group id and the
   server's processes carry `benchkit.hosts.teardown.SERVER_TAG_ENV`, so the reaper

@@ -1,1 +1,1 @@
-"""Sweeps: sweep files expanded into run specs, and the runner that executes runs end to end."""
+"""Sweeps: sweep files expanded into run specs, their dry run, and the sweep file of one point."""

@@ -4,7 +4,7 @@
 inventory (the same plan a stored sweep gets, SweepSpec.expand_on), groups the runs into server
 starts as the worker will (benchkit.specs.server_groups), and for each start builds the exact
 launch (argv, environment, through the build's interpreter or launcher: EngineAdapter.launch)
-and runs the runner's own preflight checks (benchkit.sweeps.runner.preflight_checks) now,
+and runs the runner's own preflight checks (benchkit.execution.runner.preflight_checks) now,
 collecting every failure instead of stopping at the first. No server starts and nothing is
 written outside a temporary folder (a container build's env file, which its probe reads).
 `format_plan(plan)` is the text `manage.py start_sweep FILE --dry-run` prints.
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from benchkit.engines import adapters
+from benchkit.execution import runner
 from benchkit.hosts import preflight
 from benchkit.hosts.allocation import Allocation
 from benchkit.hosts.inventory import HostInventory
 from benchkit.specs import RunSpec, server_groups
-from benchkit.sweeps import runner
 from benchkit.sweeps.sweepfile import Refusal, SweepSpec
 
 

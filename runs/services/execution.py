@@ -1,7 +1,8 @@
-"""Execute one queued run: claim it, hold its GPUs, call benchkit.sweeps.runner, store the outcome.
+"""Execute one queued run: claim it, hold its GPUs, call benchkit.execution.runner, store the outcome.
 
 Slow I/O (server start, load) happens outside any transaction; the outcome is stored in one
-transaction, so a crash leaves the run `failed` with a reason and never half-stored metrics.
+transaction (runs.services.outcomes.store_outcome), so a crash leaves the run `failed` with a
+reason and never half-stored metrics.
 A worker that dies mid-run leaves the run to the reaper (runs.services.supervision), which the
 claim feeds: the claim records the executing process, a heartbeat thread keeps the run's
 heartbeat, and the server's process group and tag are recorded as soon as it starts.
@@ -16,15 +17,13 @@ from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import transaction
 
-from benchkit.measure.gpu_samples import encode_telemetry
-from benchkit.measure.logs import encode_logs
+from benchkit.execution.outcome import RunOutcome
+from benchkit.execution.runner import execute_runs
 from benchkit.specs import RunSpec
-from benchkit.sweeps.runner import RunOutcome, execute_runs
-from runs.models import ACTIVE_STATES, GpuTelemetryBlob, Host, RequestLogBlob, Run, RunState
-from runs.services import hosts, leases, regressions, supervision
-from runs.services.metrics_store import store_metrics
+from runs.models import ACTIVE_STATES, Host, Run, RunState
+from runs.services import leases, regressions, supervision
+from runs.services.outcomes import store_outcome
 from runs.services.transitions import IllegalTransition, record, transition
 
 log = logging.getLogger(__name__)
@@ -34,7 +33,7 @@ PROGRESS_MIN_INTERVAL_S = 1.0
 
 
 class _DjangoHooks:
-    """benchkit.sweeps.runner hooks that write state transitions and throttled progress to the run row."""
+    """benchkit.execution.runner hooks that write state transitions and throttled progress to the run row."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -142,66 +141,3 @@ def fail_queued(run_id: int, reason: str, message: str) -> Run:
     if run.state != RunState.QUEUED:
         return run
     return transition(run, RunState.FAILED, failure_reason=reason, failure_message=message)
-
-
-def store_outcome(run: Run, outcome: RunOutcome) -> Run:
-    """Write a finished run's outcome in one transaction and move it to succeeded or failed.
-
-    Metrics are stored only for a successful outcome (with the efficiency figures, GPU verdicts
-    and client headroom beside them); a failed one keeps its reason, message, argv, log tail, raw
-    request logs and GPU telemetry stream (for audit), never metrics. The telemetry stream
-    (GpuTelemetryBlob) is written in the same transaction as the request logs. If the teardown
-    left processes behind, the host is quarantined.
-    """
-    common = dict(
-        server_shared=outcome.server_shared,
-        server_port=outcome.port,
-        argv=outcome.argv,
-        server_env=outcome.env,
-        server_log_tail=outcome.server_log_tail[-20000:],
-        engine_version=outcome.engine_version[:100],
-        engine_commit=outcome.engine_commit[:64],
-        provenance=outcome.provenance,
-        suspect=bool(outcome.suspect_reasons),
-        suspect_reasons=outcome.suspect_reasons,
-    )
-    with transaction.atomic():
-        if outcome.logs is not None:
-            RequestLogBlob.objects.update_or_create(
-                run=run,
-                defaults=dict(
-                    data=encode_logs(outcome.logs),
-                    n_requests=len(outcome.logs),
-                    n_warmup=sum(1 for r in outcome.logs if r.warmup),
-                    window_start_ns=outcome.window_start_ns,
-                    window_end_ns=outcome.window_end_ns,
-                ),
-            )
-        if outcome.telemetry is not None:
-            GpuTelemetryBlob.objects.update_or_create(
-                run=run,
-                defaults=dict(
-                    data=encode_telemetry(outcome.telemetry),
-                    hz=outcome.telemetry.hz,
-                    n_ticks=outcome.telemetry.n_ticks,
-                    n_gpus=len(outcome.telemetry.gpus),
-                    idle_used_mib=outcome.idle_used_mib,
-                ),
-            )
-        if outcome.ok:
-            store_metrics(run, outcome.metrics, spec_source=outcome.spec_source,
-                          distributions=outcome.distributions, efficiency=outcome.efficiency,
-                          gpu_check=outcome.gpu_check, client_headroom=outcome.client_headroom)
-            if run.state != RunState.STOPPING:
-                raise IllegalTransition(f"run {run.pk} succeeded while in state {run.state}")
-            run = transition(run, RunState.SUCCEEDED, **common)
-        else:
-            run = transition(run, RunState.FAILED, failure_reason=outcome.reason,
-                             failure_message=outcome.message[:5000], **common)
-        if outcome.teardown and not outcome.teardown.get("clean", True):
-            outside = outcome.teardown.get("outside") or {}
-            hosts.quarantine(run.host_id, f"run {run.pk} left processes behind: {outcome.teardown.get('survivors')}"
-                             + (f"; {' '.join(outside.get('argv') or [])}: {outside.get('output')}"
-                                if outside and not outside.get("clean") else ""))
-    return run
-

@@ -14,13 +14,15 @@ length agrees with the file's).
 Each import is one transaction, host creation included: a refused file leaves no row behind.
 Each source is recorded once by the sha256 of the bytes read (`ResultFile`, unique;
 benchkit.formats.base.Source.digest): importing it again reports its existing runs and creates
-nothing. Each run becomes a Run created in its final state
-(succeeded, or failed `all_requests_failed` for a file whose every request failed) with an
-`imported` history row, and RunMetrics whose `source_tool` and `definitions` record the tool's
-own metric definitions (their "ITL" is per chunk: draftboard stores it as ICL); a figure or a
-workload value the file lacks stays NULL (unknown), and the file's keys draftboard has no column
-for are kept in `extra`. This module catches only ResultFileError (and the unique constraint's
-IntegrityError of a concurrent import of the same file); anything else is a bug and propagates.
+nothing. Each run becomes a RunOutcome (benchkit.execution.outcome) stored by
+runs.services.outcomes.store_outcome, the writer of every finished run: a Run created in its
+final state (succeeded, or failed `all_requests_failed` for a file whose every request failed) by
+the move `imported -> succeeded | failed` of its history, and RunMetrics whose `source_tool` and
+`definitions` record the tool's own metric definitions (their "ITL" is per chunk: draftboard
+stores it as ICL); a figure or a workload value the file lacks stays NULL (unknown), and the
+file's keys draftboard has no column for are kept in `extra`. This module catches only
+ResultFileError (and the unique constraint's IntegrityError of a concurrent import of the same
+file); anything else is a bug and propagates.
 """
 
 from __future__ import annotations
@@ -29,17 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from benchkit.execution.outcome import RunOutcome
+from benchkit.formats.common import ImportedRun
 from benchkit.formats.errors import ResultFileError
 from benchkit.formats.limits import INT_MAX, TEXT_LIMITS
 from benchkit.formats.names import NamePattern, NamePatternError
 from benchkit.formats.reader import ResultFile as ReadFile
 from benchkit.formats.reader import read_result_file
 from benchkit.methods import METHODS, MethodChoice, MethodError, check_method, parse_method_token
-from runs.models import Host, ResultFile, Run, RunState, RunTransition, Sweep
+from runs.models import Host, ResultFile, Run, Sweep
 from runs.services.hosts import host_name
-from runs.services.metrics_store import store_metrics
+from runs.services.outcomes import store_outcome
+from runs.services.transitions import IMPORTED
 
 #: Most files one folder import reads (bounded work).
 MAX_FOLDER_FILES = 10_000
@@ -161,31 +165,35 @@ def _parse(path: Path, fmt: str, choice: RunChoice) -> _Parsed:
     return _Parsed(read, choice)
 
 
+def _outcome(imp: ImportedRun) -> RunOutcome:
+    """The RunOutcome of one imported run: succeeded, or failed with the file's failure; the
+    file's figures and their source (tool, definitions, keys without a column); no logs."""
+    reason, message = imp.failure or ("", "")
+    return RunOutcome(ok=imp.failure is None, reason=reason, message=message, engine_version=imp.source_version or "",
+                      metrics=imp.metrics, spec_source=imp.spec_source or "", source_tool=imp.source_tool,
+                      definitions=imp.definitions, extra=imp.source_extra)
+
+
 def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) -> list[int]:
-    now = timezone.now()
+    """Create the runs of one parsed file (move `imported -> succeeded | failed`, stored by
+    runs.services.outcomes.store_outcome); returns their ids."""
     c = parsed.choice
     ids = []
     for i, imp in enumerate(parsed.file.runs):
         w = imp.workload
-        state = RunState.FAILED if imp.failure else RunState.SUCCEEDED
         tool_engine = "sglang" if imp.source_tool.startswith("sglang") else "vllm"
-        run = Run.objects.create(
+        run = Run(
             sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
             spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},
-            engine=c.engine or w.get("engine") or tool_engine, engine_version=imp.source_version or "",
+            engine=c.engine or w.get("engine") or tool_engine,
             model=w.get("model") or "", method=c.method.method, num_speculative_tokens=c.method.num_speculative_tokens,
             tree_budget=c.method.tree_budget, tp=c.tp,
             concurrency=c.concurrency if c.concurrency is not None else w.get("concurrency"),
             request_rate=w.get("request_rate"), input_len=w.get("input_len"),
             output_len=c.output_len if c.output_len is not None else w.get("output_len"),
             num_prompts=w.get("num_prompts"), dataset=w.get("dataset") or "",
-            state=state, failure_reason=imp.failure[0] if imp.failure else "",
-            failure_message=imp.failure[1] if imp.failure else "", started_at=now, finished_at=now,
         )
-        RunTransition.objects.create(run=run, from_state="imported", to_state=state,
-                                     note=f"imported from {imp.origin} ({imp.source_tool})")
-        store_metrics(run, imp.metrics, spec_source=imp.spec_source, source_tool=imp.source_tool,
-                      definitions=imp.definitions, extra=imp.source_extra)
+        run = store_outcome(run, _outcome(imp), origin=IMPORTED, note=f"imported from {imp.origin} ({imp.source_tool})")
         ids.append(run.pk)
     return ids
 

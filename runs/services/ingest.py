@@ -1,14 +1,17 @@
-"""Ingest offline bundles (benchkit.sweeps.bundle, written by `python -m benchkit run`) and the
+"""Ingest offline bundles (benchkit.execution.bundle, written by `python -m benchkit run`) and the
 per-host tokens that let a host send them over HTTP.
 
 A bundle becomes one Sweep (source `bundle:<bundle id>`, on the bundle's host) and one Run per
-run file, stored the way a worker stores a run it executed (runs.services.execution.store_outcome:
-request logs, metrics through runs.services.metrics_store, state and failure reason, server
-details, provenance, quarantine when the host's teardown left processes behind), plus the host's
-inventory snapshot (runs.services.hosts.record_inventory, when it differs from the latest).
+run file. A run file is a RunOutcome (benchkit.execution.bundle.BundleRun), stored by the
+writer a worker's run goes through (runs.services.outcomes.store_outcome: request logs, GPU
+telemetry stream, metrics with the efficiency figures and GPU verdicts, state and failure
+reason, server details, provenance, quarantine when the host's teardown left processes behind),
+the run created by the move `ingested -> succeeded | failed` (runs.services.transitions); plus
+the host's inventory snapshot (runs.services.hosts.record_inventory, when it differs from the
+latest).
 
 Rules:
-- Every file is validated before the database is touched (benchkit.sweeps.bundle: pydantic
+- Every file is validated before the database is touched (benchkit.execution.bundle: pydantic
   models, sha256 against the manifest, decodable request logs). A manifest that cannot be read
   refuses the whole bundle (BundleError); a run file that cannot be read is refused with its
   reason naming the file, and nothing of that run is stored; the other runs are stored.
@@ -28,15 +31,13 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from benchkit.execution.bundle import Bundle, BundleError, BundleRun, ManifestRun
 from benchkit.hosts.inventory import HostInventory
-from benchkit.measure.metrics import WindowMetrics
-from benchkit.sweeps.bundle import Bundle, BundleError, BundleRun, ManifestRun
-from benchkit.sweeps.runner import RunOutcome
-from runs.models import HardwareSnapshot, Host, HostToken, Run, RunState, Sweep
-from runs.services.execution import store_outcome
+from runs.models import HardwareSnapshot, Host, HostToken, Run, Sweep
 from runs.services.hosts import get_or_create_host, record_inventory
+from runs.services.outcomes import store_outcome
 from runs.services.sweeps import run_fields
-from runs.services.transitions import record
+from runs.services.transitions import INGESTED
 
 #: Prefix of every host token (recognisable in a leaked log or config file).
 TOKEN_PREFIX = "dbh_"
@@ -114,21 +115,6 @@ class IngestReport:
                 "runs": [r.__dict__ for r in self.runs]}
 
 
-def _outcome(run: BundleRun) -> RunOutcome:
-    """The RunOutcome a worker would have stored for `run`."""
-    logs = run.request_logs.decode() if run.request_logs is not None else None
-    return RunOutcome(
-        ok=run.state == "succeeded", reason=run.failure_reason, message=run.failure_message, argv=run.argv,
-        env=run.env, engine_version=run.engine_version, engine_commit=run.engine_commit,
-        server_log_tail=run.server_log_tail, logs=logs,
-        window_start_ns=run.request_logs.window_start_ns if run.request_logs else 0,
-        window_end_ns=run.request_logs.window_end_ns if run.request_logs else 0,
-        metrics=WindowMetrics.from_dict(run.metrics.model_dump()) if run.metrics is not None else None,
-        spec_source=run.spec_source, distributions=run.distributions, suspect_reasons=run.suspect_reasons,
-        teardown=run.teardown, server_shared=run.server_shared, client_headroom=run.client_headroom,
-        port=run.port, provenance=run.provenance)
-
-
 def _bundle_sweep(bundle: Bundle, host: Host) -> Sweep:
     m = bundle.manifest
     source = f"bundle:{m.bundle_id}"
@@ -167,16 +153,11 @@ def _store_run(bundle: Bundle, entry: ManifestRun, run: BundleRun, host: Host) -
             return RunIngest(str(run.uuid), entry.file, "existing", before, "ingested before")
         sweep = _bundle_sweep(bundle, host)
         _record_snapshot(host, run.inventory)
-        spec = run.run_spec()
-        outcome = _outcome(run)
-        # created in the phase a worker's run is in when its outcome is stored
-        row = Run.objects.create(sweep=sweep, host=host, point_key=run.point_key, spec=run.spec, run_uuid=run.uuid,
-                                 state=RunState.STOPPING if outcome.ok else RunState.PREFLIGHT,
-                                 started_at=run.started_at, **run_fields(spec))
-        row = store_outcome(row, outcome)
-        Run.objects.filter(pk=row.pk).update(finished_at=run.finished_at)
-        record([row], f"ingested from offline bundle {bundle.manifest.bundle_id} ({bundle.origin}, host "
-                      f"{bundle.manifest.host}, run {run.uuid})")
+        row = Run(sweep=sweep, host=host, point_key=run.point_key, spec=run.spec, run_uuid=run.uuid,
+                  started_at=run.started_at, finished_at=run.finished_at, **run_fields(run.run_spec()))
+        row = store_outcome(row, run, origin=INGESTED,
+                            note=f"ingested from offline bundle {bundle.manifest.bundle_id} ({bundle.origin}, host "
+                                 f"{bundle.manifest.host}, run {run.uuid})")
         return RunIngest(str(run.uuid), entry.file, "stored", row.pk)
 
 

@@ -35,7 +35,7 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
     """
     values = {
         **window.to_dict(),
-        "spec_source": (spec_source or "")[:300],
+        "spec_source": spec_source or "",
         "distributions": distributions or {},
         "source_tool": source_tool,
         "definitions": definitions or {},

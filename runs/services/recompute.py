@@ -5,11 +5,12 @@ workload's SLO, the kept counter figures); each run's requests are computed once
 window figures and the run page's samples (benchkit.measure.metrics.measure_encoded), optionally
 in several worker processes; rows are written by metrics_store.store_metrics, the one writer.
 
-Kept as they are (they do not come from the logs): the spec-decode figures (the server's
-counters) and the client's headroom (group `client`). Re-derived: the GPU efficiency figures and
-verdicts (benchkit.measure.gpu_window) from the run's stored telemetry stream (GpuTelemetryBlob,
-with its idle memory baseline) over the request-log window; a run without a stream gets the
-figures that need none (output tok/s per GPU) and a note saying why.
+The window is assembled by the runner's own assembler (benchkit.measure.window.assemble_window)
+from: the logs' figures (recomputed), the spec-decode figures (kept: the server's counters, not
+the logs), the client's headroom (kept: its stored `client_headroom`, group `client`) and the
+GPU efficiency figures and verdicts, re-derived from the run's stored telemetry stream
+(GpuTelemetryBlob, with its idle memory baseline) over the request-log window; a run without a
+stream gets the figures that need none (output tok/s per GPU) and a note saying why.
 """
 
 from __future__ import annotations
@@ -22,22 +23,22 @@ from typing import Any
 
 from django.db import transaction
 
-from benchkit.measure.gpu_samples import decode_telemetry
-from benchkit.measure.gpu_window import NO_GPUS_NOTE, gpu_window
+from benchkit.measure.gpu_samples import TelemetryStream, decode_telemetry
+from benchkit.measure.gpu_window import NO_GPUS_NOTE
 from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics, measure_encoded_batch
+from benchkit.measure.window import assemble_window
 from runs.models import Run, RunMetrics, RunState
 from runs.services.metrics_store import store_metrics
 
 #: Runs loaded per query (bounds memory: a blob is ~0.1-0.3 MB).
 CHUNK = 20
 _SPEC_FIELDS = tuple(f.name for f in METRIC_FIELDS if f.group == "spec_decode")
-_CLIENT_FIELDS = tuple(f.name for f in METRIC_FIELDS if f.group == "client")
 #: What recompute reads of a run: nothing else (no samples, spec, argv, log tail).
 _COLUMNS = ("id", "spec__workload__slo", "request_logs__data", "request_logs__window_start_ns",
             "request_logs__window_end_ns", "metrics__id", "metrics__spec_source", "metrics__source_tool",
             "metrics__definitions", "metrics__extra", "metrics__client_headroom", "gpus",
             "gpu_telemetry__data", "gpu_telemetry__idle_used_mib",
-            *(f"metrics__{f}" for f in (*_SPEC_FIELDS, *_CLIENT_FIELDS)))
+            *(f"metrics__{f}" for f in _SPEC_FIELDS))
 
 
 def recompute_run(run: Run | int) -> RunMetrics | None:
@@ -86,37 +87,37 @@ def _store(rows: list[dict[str, Any]], results: list[tuple[WindowMetrics, dict]]
     """Write the recomputed figures of `rows`, keeping each row's counter figures, client
     headroom and sources, and re-deriving its GPU figures from its telemetry stream."""
     with transaction.atomic():
-        for row, (window, samples) in zip(rows, results, strict=True):
+        for row, (measured, samples) in zip(rows, results, strict=True):
             kept: dict[str, Any] = {}
             if row["metrics__id"] is not None:
-                window = window.with_spec_decode({f: row[f"metrics__{f}"] for f in _SPEC_FIELDS})
-                window = window.with_group("client", {f: row[f"metrics__{f}"] for f in _CLIENT_FIELDS})
                 kept = dict(spec_source=row["metrics__spec_source"], source_tool=row["metrics__source_tool"],
                             definitions=row["metrics__definitions"], extra=row["metrics__extra"],
                             client_headroom=row["metrics__client_headroom"])
-            gw = _gpu_figures(row, window)
-            window = window.with_group("efficiency", gw.flat)
+            stream, note = _stream(row)
+            window, gw = assemble_window(
+                measured, row["request_logs__window_start_ns"], row["request_logs__window_end_ns"],
+                spec_decode={f: row[f"metrics__{f}"] for f in _SPEC_FIELDS},
+                client_headroom=kept.get("client_headroom"), telemetry=stream, gpu_uuids=_gpu_uuids(row),
+                idle_used_mib=row["gpu_telemetry__idle_used_mib"] or {}, telemetry_note=note)
             store_metrics(Run(pk=row["id"]), window, distributions=samples, efficiency=gw.efficiency,
                           gpu_check=gw.gpu_check, **kept)
     return len(results)
 
 
-def _gpu_figures(row: dict[str, Any], window: WindowMetrics):
-    """benchkit.measure.gpu_window of one recompute row: its stored stream (None without one)
-    over the request-log window, the run's GPUs (`Run.gpus`) and its idle memory baseline."""
-    uuids = [g.get("uuid", "") for g in row["gpus"] or [] if isinstance(g, dict)]
+def _gpu_uuids(row: dict[str, Any]) -> list[str]:
+    """The run's GPU UUIDs (`Run.gpus`)."""
+    return [g.get("uuid", "") for g in row["gpus"] or [] if isinstance(g, dict)]
+
+
+def _stream(row: dict[str, Any]) -> tuple[TelemetryStream | None, str]:
+    """(the row's stored telemetry stream, or None with the note saying why there is none)."""
     data = row["gpu_telemetry__data"]
-    stream, note = None, ""
     if data is not None:
         try:
-            stream = decode_telemetry(bytes(data))
+            return decode_telemetry(bytes(data)), ""
         except ValueError as exc:
-            note = f"no GPU telemetry: the stored stream does not decode ({exc})"
-    elif not uuids:
-        note = NO_GPUS_NOTE
-    return gpu_window(stream, row["request_logs__window_start_ns"], row["request_logs__window_end_ns"],
-                      output_tokens=window.total_output_tokens or 0, gpu_uuids=uuids,
-                      idle_used_mib=row["gpu_telemetry__idle_used_mib"] or {}, note=note)
+            return None, f"no GPU telemetry: the stored stream does not decode ({exc})"
+    return None, "" if _gpu_uuids(row) else NO_GPUS_NOTE
 
 
 def recompute_runs(ids: Iterable[int], jobs: int = 1, progress: Callable[[int], None] | None = None) -> int:

@@ -11,13 +11,13 @@ from django.db import IntegrityError, transaction
 from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
 from benchkit.sweeps import dryrun, sweepfile
-from runs.models import Host, Run, Sweep
+from runs.models import Host, Run, RunState, Sweep
 from runs.selectors import latest_inventory
 from runs.services.dispatch import check_broker, enqueue_runs
 from runs.services.hosts import get_or_create_host
 from runs.services.hosts import host_name as host_name_checked
 from runs.services.policy import check_overrides, not_allowed
-from runs.services.transitions import record
+from runs.services.transitions import NEW, create
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,11 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
     field: host NAME: reason`), and BrokerUnavailable when runs are to be queued but the broker
     does not answer; nothing is stored then.
 
-    `user` (a Django user) entered the sweep on the web: its server.env and extra arguments
-    must pass runs.services.policy (else policy.OverrideNotAllowed, nothing stored), the sweep
-    records who created it, and each run's history says so, with those overrides. `schedule`
+    Each run is created by the move `new -> queued` (runs.services.transitions.create), its
+    history noting where it came from. `user` (a Django user) entered the sweep on the web: its
+    server.env and extra arguments must pass runs.services.policy (else
+    policy.OverrideNotAllowed, nothing stored), the sweep records who created it, and each run's
+    history says so, with those overrides. `schedule`
     and `window` name the schedule window of a nightly sweep (unique together: IntegrityError
     for a second sweep of one window, see create_sweep_for_window).
     """
@@ -88,21 +90,19 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
         sweep = Sweep.objects.create(name=spec.name, description=spec.description, host=targets[0], source=source,
                                      spec=spec.to_dict(), is_demo=is_demo, schedule=schedule, window=window,
                                      created_by=user.get_username() if user is not None else "")
-        Run.objects.bulk_create([
-            Run(sweep=sweep, host=h, point_key=r.point_key(), spec=r.to_dict(), **run_fields(r))
-            for h, specs in planned for r in specs
-        ])
-        ids_by_host = {h.pk: [] for h in targets}
-        for pk, host_id in Run.objects.filter(sweep=sweep).order_by("id").values_list("id", "host_id"):
-            ids_by_host[host_id].append(pk)
-        ids = [pk for group in ids_by_host.values() for pk in group]
-        assert len(ids) == len(runspecs)
+        note = f"created from {source}"
         if user is not None:
             note = f"created by {sweep.created_by} ({source})"
             if overrides:
                 outside = " (outside the allowlists: allowed for a superuser)" if not_allowed(overrides) else ""
                 note += f"; {overrides.describe()}{outside}"
-            record(ids, note)
+        create([Run(sweep=sweep, host=h, point_key=r.point_key(), spec=r.to_dict(), **run_fields(r))
+                for h, specs in planned for r in specs], NEW, RunState.QUEUED, note)
+        ids_by_host = {h.pk: [] for h in targets}
+        for pk, host_id in Run.objects.filter(sweep=sweep).order_by("id").values_list("id", "host_id"):
+            ids_by_host[host_id].append(pk)
+        ids = [pk for group in ids_by_host.values() for pk in group]
+        assert len(ids) == len(runspecs)
         if enqueue:
             def send() -> None:
                 for h in targets:

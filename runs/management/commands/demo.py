@@ -28,7 +28,7 @@ from runs.services import sweeps
 from runs.services.hosts import get_or_create_host, record_inventory
 
 #: What a user can do about a failure reason (codes from benchkit.hosts.preflight and
-#: benchkit.sweeps.runner); anything else: read the run page.
+#: benchkit.execution.runner); anything else: read the run page.
 WHAT_TO_DO = {
     "port_in_use": "another program listens on the sweep file's pinned port: stop it, or remove `port:` from "
                    "the sweep file so that free ports are chosen when each server starts",

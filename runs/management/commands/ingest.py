@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from benchkit.sweeps.bundle import BundleError, open_bundle, open_bundle_tar
+from benchkit.execution.bundle import BundleError, open_bundle, open_bundle_tar
 from runs.services.hosts import HostNameError
 from runs.services.ingest import IngestRefused, ingest_bundle
 

@@ -7,23 +7,28 @@ Layout of a bundle folder (format version BUNDLE_FORMAT_VERSION)::
     bundle/
       manifest.json          # BundleManifest: format, bundle id, host, the sweep file's text, and
                              # one entry per finished run: its UUID, file and the sha256 of its bytes
-      runs/<run uuid>.json   # BundleRun: spec, state / failure reason, metrics, raw request logs
-                             # (benchkit.measure.logs.encode_logs, base64), inventory snapshot,
-                             # server argv / env / log tail, provenance, teardown report
+      runs/<run uuid>.json   # BundleRun: the run's RunOutcome (benchkit.execution.outcome: state
+                             # and failure reason, metrics, raw request logs, GPU telemetry stream,
+                             # per-GPU efficiency figures and verdicts, server argv / env / log
+                             # tail, provenance, teardown report) plus its identity: spec, UUID,
+                             # times, the host's inventory snapshot
       work/                  # server logs of each server start (not read by ingest)
 
 Every file is written whole to a temporary name and renamed into place (`write_atomic`), run file
 first, then the manifest that lists it: a run killed half-way leaves no run file that looks
 complete, and a run file the manifest does not list (or whose sha256 differs from the manifest's)
 is never ingested. Reading (`open_bundle`, `open_bundle_tar`) validates every file with pydantic
-(unknown keys forbidden, no coercion, metric bounds from the metric schema) and raises
-BundleError naming the file and the field.
+(unknown keys forbidden, no coercion, metric bounds from the metric schema, request logs and
+telemetry that decode) and raises BundleError naming the file and the field.
+
+Versions: 2 (this code) made the run file the RunOutcome model, which added the GPU telemetry
+stream, efficiency figures and GPU verdicts that version 1 lacked. Version 1 bundles (written by
+an offline host not yet upgraded) stay readable: their run files are read as version 2 with
+their four renamed keys mapped (`upgrade_v1_run`) and no GPU data.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import io
 import json
@@ -39,14 +44,12 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benchkit.formats.common import Text, metrics_model
-from benchkit.formats.limits import TEXT_LIMITS
+from benchkit.execution.outcome import RunOutcome, first_error
 from benchkit.hosts import HOST_NAME_PATTERN
-from benchkit.measure.logs import RequestLog, decode_logs
 from benchkit.specs import RunSpec
 
-#: The bundle layout this code writes and reads.
-BUNDLE_FORMAT_VERSION = 1
+#: The bundle layout this code writes; it also reads version 1 (see the module docstring).
+BUNDLE_FORMAT_VERSION = 2
 BUNDLE_FORMAT = "draftboard-bundle"
 MANIFEST = "manifest.json"
 #: Most bytes one bundle file may have when read (a run's request logs are zlib-compressed).
@@ -90,7 +93,7 @@ class BundleManifest(_Strict):
     finished runs."""
 
     format: Literal["draftboard-bundle"] = BUNDLE_FORMAT
-    format_version: Literal[1] = BUNDLE_FORMAT_VERSION
+    format_version: Literal[1, 2] = BUNDLE_FORMAT_VERSION
     bundle_id: UUID
     host: str = Field(pattern=HOST_NAME_PATTERN)
     created_at: datetime
@@ -107,74 +110,32 @@ class BundleManifest(_Strict):
         return self
 
 
-class RequestLogsPart(_Strict):
-    """A run's raw request logs: `data_b64` is base64 of benchkit.measure.logs.encode_logs (the
-    encoding the database stores); counts of requests and warmup requests; the measured window on
-    the host's perf_counter_ns clock (ns)."""
-
-    encoding: Literal["draftboard-logs-v1"] = "draftboard-logs-v1"
-    data_b64: str
-    n_requests: int = Field(ge=0)
-    n_warmup: int = Field(ge=0)
-    window_start_ns: int
-    window_end_ns: int
-
-    def decode(self) -> list[RequestLog]:
-        """The logs; raises ValueError when the data is not valid base64 of encoded logs, or holds
-        another number of requests than `n_requests`."""
-        try:
-            raw = base64.b64decode(self.data_b64, validate=True)
-        except binascii.Error as exc:
-            raise ValueError(f"not base64: {exc}") from None
-        try:
-            logs = decode_logs(raw)
-        except Exception as exc:  # zlib / JSON / shape errors of a damaged blob
-            raise ValueError(f"cannot decode the request logs ({type(exc).__name__}: {exc})") from None
-        if len(logs) != self.n_requests:
-            raise ValueError(f"holds {len(logs)} requests, n_requests says {self.n_requests}")
-        return logs
-
-
-#: The run file's metrics: one optional field per WindowMetrics field, bounds from the schema.
-BundleMetrics = metrics_model("BundleMetrics", lambda f: f.name, scaled=False, base=_Strict)
-
-
-class BundleRun(_Strict):
-    """runs/<uuid>.json: one executed run (benchkit.sweeps.runner.RunOutcome plus its identity).
+class BundleRun(RunOutcome):
+    """runs/<uuid>.json: one executed run, its RunOutcome (benchkit.execution.outcome) plus its
+    identity.
 
     `spec` is benchkit.specs.RunSpec.to_dict() and `point_key` its RunSpec.point_key() (checked);
-    `state` succeeded (then `metrics` is set) or failed (`failure_reason`, a runner code, and
-    `failure_message`); `inventory` the host's benchkit.hosts.inventory.HostInventory.to_dict()
-    taken when the sweep started; times are UTC."""
+    `state` is succeeded (`ok`, metrics set) or failed (`reason`, a runner code, and `message`);
+    `inventory` the host's benchkit.hosts.inventory.HostInventory.to_dict() taken when the sweep
+    started; times are UTC."""
 
-    format_version: Literal[1] = BUNDLE_FORMAT_VERSION
+    model_config = ConfigDict(frozen=True, validate_assignment=False)
+
+    format_version: Literal[2] = BUNDLE_FORMAT_VERSION
     uuid: UUID
     bundle_id: UUID
     host: str
     sweep_name: str
     point_key: str = Field(pattern=r"^[0-9a-f]{64}$")
     spec: dict[str, Any]
-    state: Literal["succeeded", "failed"]
-    failure_reason: str = Field("", max_length=50)
-    failure_message: str = ""
     started_at: datetime
     finished_at: datetime
-    metrics: BundleMetrics | None = None  # type: ignore[valid-type]
-    spec_source: str = Field("", max_length=TEXT_LIMITS["spec_source"])
-    distributions: dict[str, list[float]] = Field(default_factory=dict)
-    suspect_reasons: list[str] = Field(default_factory=list)
-    argv: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    server_log_tail: str = ""
-    server_shared: bool = False
-    port: int | None = Field(None, ge=1, le=65535)
-    engine_version: Text(TEXT_LIMITS["engine_version"]) = ""  # type: ignore[valid-type]
-    engine_commit: str = Field("", max_length=64)
-    provenance: dict[str, Any] = Field(default_factory=dict)
-    teardown: dict[str, Any] = Field(default_factory=dict)
-    client_headroom: dict[str, Any] = Field(default_factory=dict)
-    request_logs: RequestLogsPart | None = None
     inventory: dict[str, Any] | None = None
+
+    @property
+    def state(self) -> str:
+        """`succeeded` or `failed` (the manifest's word for `ok`)."""
+        return "succeeded" if self.ok else "failed"
 
     @model_validator(mode="after")
     def _consistent(self) -> BundleRun:
@@ -184,15 +145,48 @@ class BundleRun(_Strict):
             raise ValueError(f"spec: not a run spec ({exc})") from None
         if key != self.point_key:
             raise ValueError("point_key does not match the spec (the spec was changed)")
-        if self.state == "succeeded" and (self.metrics is None or self.failure_reason):
-            raise ValueError("a succeeded run needs metrics and no failure_reason")
-        if self.state == "failed" and not self.failure_reason:
-            raise ValueError("a failed run needs its failure_reason")
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
         return self
 
     def run_spec(self) -> RunSpec:
         """The run's RunSpec."""
         return RunSpec.from_dict(self.spec)
+
+
+def upgrade_v1_run(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 run file (a JSON object) in the version 2 layout: `state` becomes `ok`,
+    `failure_reason` / `failure_message` become `reason` / `message`, `request_logs` becomes
+    `logs` with its window moved to `window_start_ns` / `window_end_ns`; every other key is
+    the same in both. Keys a damaged file lacks stay absent (validation names them)."""
+    doc = dict(doc)
+    doc["format_version"] = 2
+    renamed = {"failure_reason": "reason", "failure_message": "message"}
+    for old, new in renamed.items():
+        if old in doc:
+            doc[new] = doc.pop(old)
+    if "state" in doc:
+        doc["ok"] = doc.pop("state") == "succeeded"
+    logs = doc.pop("request_logs", None)
+    if isinstance(logs, dict):
+        for key in ("window_start_ns", "window_end_ns"):
+            if key in logs:
+                doc[key] = logs.pop(key)
+    doc["logs"] = logs
+    return doc
+
+
+class _Version(BaseModel):
+    format_version: int
+
+
+def read_run_file(data: bytes) -> BundleRun:
+    """The BundleRun of a run file's bytes, version 1 upgraded (upgrade_v1_run). Raises
+    pydantic.ValidationError (or ValueError for a version 1 file that is not JSON)."""
+    if _Version.model_validate_json(data).format_version == 1:
+        data = json.dumps(upgrade_v1_run(json.loads(data))).encode()
+    return BundleRun.model_validate_json(data)
 
 
 def run_file_name(run_uuid: UUID | str) -> str:
@@ -222,7 +216,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def _dump(model: BaseModel) -> bytes:
-    return (model.model_dump_json(indent=1) + "\n").encode()
+    return (model.model_dump_json(indent=1, fallback=str) + "\n").encode()
 
 
 class BundleWriter:
@@ -248,12 +242,6 @@ class BundleWriter:
         return path
 
 
-def _first_error(exc: ValidationError) -> str:
-    e = exc.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"])
-    return f"{loc}: {e['msg']}" if loc else e["msg"]
-
-
 @dataclass
 class Bundle:
     """A bundle opened for reading: its validated manifest and a reader of its files
@@ -266,8 +254,8 @@ class Bundle:
 
     def run(self, entry: ManifestRun) -> BundleRun:
         """Run file `entry`, checked: present, its sha256 the manifest's, valid JSON of a
-        BundleRun whose UUID, bundle and host are the manifest's, request logs decodable.
-        Raises BundleError naming the file."""
+        BundleRun (read_run_file: request logs and telemetry decoded) whose UUID, bundle, host and
+        state are the manifest's. Raises BundleError naming the file."""
         try:
             data = self.read(entry.file)
         except (KeyError, OSError):
@@ -279,19 +267,16 @@ class Bundle:
                                           f"{entry.sha256[:12]}... (the file is truncated or was changed; "
                                           f"{len(data)} bytes)")
         try:
-            run = BundleRun.model_validate_json(data)
+            run = read_run_file(data)
         except ValidationError as exc:
-            raise BundleError(entry.file, _first_error(exc)) from None
+            raise BundleError(entry.file, first_error(exc)) from None
+        except ValueError as exc:  # a version 1 file that is not JSON
+            raise BundleError(entry.file, f"not JSON ({exc})") from None
         m = self.manifest
         for name, got, want in (("uuid", run.uuid, entry.uuid), ("bundle_id", run.bundle_id, m.bundle_id),
                                 ("host", run.host, m.host), ("state", run.state, entry.state)):
             if got != want:
                 raise BundleError(entry.file, f"{name}: {got} is not the manifest's {want}")
-        if run.request_logs is not None:
-            try:
-                run.request_logs.decode()
-            except ValueError as exc:
-                raise BundleError(entry.file, f"request_logs: {exc}") from None
         return run
 
 
@@ -299,7 +284,7 @@ def _manifest(data: bytes) -> BundleManifest:
     try:
         return BundleManifest.model_validate_json(data)
     except ValidationError as exc:
-        raise BundleError(MANIFEST, _first_error(exc)) from None
+        raise BundleError(MANIFEST, first_error(exc)) from None
 
 
 def open_bundle(folder: str | Path) -> Bundle:
@@ -360,13 +345,6 @@ def tar_bundle(folder: str | Path) -> bytes:
         for path in sorted((folder / "runs").glob("*.json")):
             tar.add(path, arcname=f"runs/{path.name}")
     return buf.getvalue()
-
-
-def logs_part(logs: list[RequestLog], blob: bytes, window_start_ns: int, window_end_ns: int) -> RequestLogsPart:
-    """The request-logs part of a run file from the logs and their encoded blob."""
-    return RequestLogsPart(data_b64=base64.b64encode(blob).decode(), n_requests=len(logs),
-                           n_warmup=sum(1 for r in logs if r.warmup), window_start_ns=window_start_ns,
-                           window_end_ns=window_end_ns)
 
 
 def to_json_data(value: Any) -> Any:

@@ -20,8 +20,9 @@ they differ only in workload (concurrency, lengths, request rate, repeat), so ME
 reset between them and the counters are read afresh for each window. Each such run records
 `server_shared`. `execute_run` is the one-run case.
 
-Every failure ends in a RunOutcome with `ok=False` and a machine-readable `reason`; nothing
-here raises for a benchmark failure and no server process is left behind.
+Every failure ends in a RunOutcome (benchkit.execution.outcome) with `ok=False` and a
+machine-readable `reason`; nothing here raises for a benchmark failure and no server process is
+left behind.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,13 +41,12 @@ import psutil
 
 from benchkit.engines import adapters, environment
 from benchkit.engines.server import ManagedServer, ServerStartError, wait_for_urls
+from benchkit.execution.outcome import RunOutcome
 from benchkit.hosts import preflight
 from benchkit.hosts.teardown import SERVER_TAG_ENV
 from benchkit.hosts.telemetry import TelemetryError, TelemetrySampler
 from benchkit.measure import counters, gpu_window, loadgen, metrics, validity, workloads
-from benchkit.measure.gpu_samples import TelemetryStream
-from benchkit.measure.logs import RequestLog
-from benchkit.measure.metrics import WindowMetrics
+from benchkit.measure.window import assemble_window
 from benchkit.methods import METHODS
 from benchkit.specs import RunSpec
 
@@ -78,66 +77,6 @@ class NullHooks:
 
     def server_started(self, pgid: int, tag: str) -> None:  # noqa: D102
         pass
-
-
-@dataclass
-class RunOutcome:
-    """Result of one run of `execute_runs` / `execute_run`.
-
-    `ok` is True only when the run counts (MEASUREMENT.md "When a run does not count");
-    otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
-    `server_died`, `not_run_server_died`, `workload_error`, validity codes) and `message` says
-    what happened. `server_shared`: the run shared its server start with other runs. `port`:
-    the server's main port (the sweep's pinned one, or the free one chosen at start; None for
-    an external server or when preflight failed before a port was chosen). `provenance`: what
-    the engine's own environment says about itself (benchkit.engines.environment.check_engine_env:
-    build, launcher, engine distribution, version and git commit, torch and CUDA versions);
-    `version_error` in it says why the version could not be read. `engine_version` /
-    `engine_commit` copy its version and commit ('' when unknown).
-    `metrics` holds the window's figures (benchkit.measure.metrics.WindowMetrics, the
-    speculative-decoding fields from the counter deltas, None when the counters restarted or gave
-    figures out of bounds: then a suspect mark says so); `spec_source` names the counters those
-    came from (`vllm`, `sglang`; empty without drafts); `distributions` the run page's samples.
-    `client_headroom`: the load client's CPU and event-loop lag over the window
-    (`dataclasses.asdict` of benchkit.measure.loadgen.ClientHeadroom); its figures are also in
-    `metrics` (group `client`).
-    GPU telemetry (issue 12): `telemetry` the run's NVML sample stream (from just before the
-    warmup to just after the window; also kept for a failed run), None without one, and then
-    `telemetry_note` says why (`no GPU telemetry: ...`); `idle_used_mib` the preflight's memory
-    reading per GPU UUID (MiB, the baseline of `gpu_unexplained_memory`); `efficiency`
-    (benchkit.measure.efficiency.EfficiencyFigures.to_dict(), price None: cost is priced when
-    read; its run-level figures are in `metrics`, group `efficiency`) and `gpu_check`
-    (benchkit.measure.gpu_validity.GpuWindowCheck.to_dict(), None without a stream), set for
-    runs whose window ended.
-    """
-
-    ok: bool
-    reason: str = ""
-    message: str = ""
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    engine_version: str = ""
-    engine_commit: str = ""
-    server_log_tail: str = ""
-    logs: list[RequestLog] | None = None
-    window_start_ns: int = 0
-    window_end_ns: int = 0
-    metrics: WindowMetrics | None = None
-    spec_source: str = ""
-    distributions: dict[str, Any] = field(default_factory=dict)
-    suspect_reasons: list[str] = field(default_factory=list)
-    violations: list[tuple[str, str]] = field(default_factory=list)
-    teardown: dict[str, Any] = field(default_factory=dict)
-    timings_s: dict[str, float] = field(default_factory=dict)
-    server_shared: bool = False
-    client_headroom: dict[str, Any] = field(default_factory=dict)
-    port: int | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    telemetry: TelemetryStream | None = None
-    telemetry_note: str = ""
-    efficiency: dict[str, Any] | None = None
-    gpu_check: dict[str, Any] | None = None
-    idle_used_mib: dict[str, int] = field(default_factory=dict)
 
 
 def choose_port(adapter: adapters.EngineAdapter, attempts: int = 100) -> int:
@@ -500,27 +439,26 @@ def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], 
 
 
 def _finish(spec: RunSpec, out: RunOutcome, readings: dict[str, Any]) -> RunOutcome:
-    w = spec.workload
-    window = metrics.compute_run_metrics(out.logs or [], out.window_start_ns, out.window_end_ns, w.slo or None)
-    window = window.with_client(out.client_headroom)
-    gw = gpu_window.gpu_window(out.telemetry, out.window_start_ns, out.window_end_ns,
-                               output_tokens=window.total_output_tokens or 0,
-                               gpu_uuids=[g.uuid for g in spec.gpus], idle_used_mib=out.idle_used_mib,
-                               note=out.telemetry_note)
-    window = window.with_group("efficiency", gw.flat)
-    out.efficiency, out.gpu_check = gw.efficiency, gw.gpu_check
-    out.metrics = window
-    out.distributions = metrics.distributions(out.logs or [])
-    s, counter_error = spec.server, None
+    """Figures, GPU results and validity of a run whose window ended: the window assembled from
+    the logs, the counter readings (`readings` before / after), the client's headroom and the
+    telemetry stream (benchkit.measure.window.assemble_window); `ok` unless a failure is found."""
+    w, s = spec.workload, spec.server
+    measured, out.distributions = metrics.measure_window(out.logs or [], out.window_start_ns, out.window_end_ns,
+                                                         w.slo or None)
+    sd, counter_error = None, None
     try:
         sd = counters.spec_decode_metrics(
             readings.get("before"), readings.get("after"),
             counters.max_accepted_per_step(s.method, s.num_speculative_tokens, s.tree_budget))
     except counters.CounterWindowError as exc:  # restarted or out of bounds: no figures, a suspect mark
-        sd, counter_error = None, exc
-    if sd is not None:
-        out.metrics = window = window.with_spec_decode(sd.to_flat())
-        out.spec_source = sd.source
+        counter_error = exc
+    window, gw = assemble_window(measured, out.window_start_ns, out.window_end_ns,
+                                 spec_decode=sd.to_flat() if sd is not None else None,
+                                 client_headroom=out.client_headroom, telemetry=out.telemetry,
+                                 gpu_uuids=[g.uuid for g in spec.gpus], idle_used_mib=out.idle_used_mib,
+                                 telemetry_note=out.telemetry_note)
+    out.metrics, out.efficiency, out.gpu_check = window, gw.efficiency, gw.gpu_check
+    out.spec_source = sd.source if sd is not None else ""
     marks = validity.check_run(out.logs or [], window, ignore_eos=w.ignore_eos,
                                max_error_rate=spec.limits.max_error_rate, teardown=out.teardown,
                                counter_error=counter_error, client=out.client_headroom or None,
