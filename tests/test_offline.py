@@ -22,9 +22,9 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from benchkit.__main__ import run_sweep_offline
 from benchkit.execution.bundle import MANIFEST, BundleError, open_bundle, open_bundle_tar, sha256_hex, tar_bundle
 from benchkit.measure.logs import decode_logs
-from benchkit.__main__ import run_sweep_offline
 from benchkit.sweeps.sweepfile import PointsRefused
 from runs.models import HardwareSnapshot, Host, HostToken, RequestLogBlob, Run, RunMetrics, RunState, RunTransition
 from runs.services import ingest
