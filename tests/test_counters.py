@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchkit.engines.kinds import vllm as vk
 from benchkit.measure import counters as pc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -40,13 +41,13 @@ def test_real_vllm_page_sums_total_samples_and_ignores_created():
     text = AFTER.read_text()
     c = pc.parse_metrics_text(text, "vllm")
     assert c.source == "vllm"
-    assert c.num_drafts == plain_sum(text, pc.VLLM_NUM_DRAFTS) > 0
-    assert c.num_draft_tokens == plain_sum(text, pc.VLLM_NUM_DRAFT_TOKENS)
-    assert c.num_accepted_tokens == plain_sum(text, pc.VLLM_NUM_ACCEPTED)
+    assert c.num_drafts == plain_sum(text, vk.NUM_DRAFTS) > 0
+    assert c.num_draft_tokens == plain_sum(text, vk.NUM_DRAFT_TOKENS)
+    assert c.num_accepted_tokens == plain_sum(text, vk.NUM_ACCEPTED)
     positions = sorted(c.accepted_per_pos)
     assert positions == [0, 1, 2]  # num_speculative_tokens = 3
     for k in positions:
-        assert c.accepted_per_pos[k] == plain_sum(text, pc.VLLM_ACCEPTED_PER_POS, position=str(k))
+        assert c.accepted_per_pos[k] == plain_sum(text, vk.ACCEPTED_PER_POS, position=str(k))
     # the `_created` timestamps (about 1.8e9) must not leak into the sums or raw
     assert not any(key.split("{")[0].endswith("_created") for key in c.raw)
     assert c.num_drafts < plain_sum(text, "vllm:spec_decode_num_drafts_created")
@@ -66,14 +67,14 @@ def test_real_before_after_give_window_deltas():
     def delta(name: str, **labels: str) -> float:
         return plain_sum(after_text, name, **labels) - plain_sum(before_text, name, **labels)
 
-    d_drafts = delta(pc.VLLM_NUM_DRAFTS)
-    d_tokens = delta(pc.VLLM_NUM_DRAFT_TOKENS)
-    d_acc = delta(pc.VLLM_NUM_ACCEPTED)
+    d_drafts = delta(vk.NUM_DRAFTS)
+    d_tokens = delta(vk.NUM_DRAFT_TOKENS)
+    d_acc = delta(vk.NUM_ACCEPTED)
     assert sd.num_drafts == d_drafts
     assert sd.acceptance_rate == pytest.approx(d_acc / d_tokens)
     assert sd.acceptance_length == pytest.approx(1 + d_acc / d_drafts)
     assert sd.per_position_acceptance_rate == pytest.approx(
-        [delta(pc.VLLM_ACCEPTED_PER_POS, position=str(k)) / d_drafts for k in range(3)]
+        [delta(vk.ACCEPTED_PER_POS, position=str(k)) / d_drafts for k in range(3)]
     )
     flat = sd.to_flat()
     assert flat["acceptance_length"] == sd.acceptance_length and flat["spec_source"] == "vllm"
@@ -132,7 +133,7 @@ def test_counter_going_down_is_a_restart():
 def test_created_samples_and_process_start_are_kept_apart_from_the_sums():
     c = pc.parse_metrics_text(AFTER.read_text())
     text = AFTER.read_text()
-    key = next(k for k in c.created if k.startswith(pc.VLLM_NUM_DRAFTS))
+    key = next(k for k in c.created if k.startswith(vk.NUM_DRAFTS))
     assert c.created[key] == plain_sum(text, "vllm:spec_decode_num_drafts_created")
     assert c.process_start_time_s is None  # the trimmed fixture has no process collector
     page = RESTART_PAGE.format(drafts=1, tokens=3, accepted=1, p0=1, p1=0, p2=0, created=100.0, start=50.0)

@@ -273,7 +273,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     try:
         adapter = adapters.adapter_for(s.engine)
         port: int | None = None
-        if s.engine == "external":
+        if not adapter.launched:
             base_url, argv, env = s.endpoint_url.rstrip("/"), [], {}
             provenance = environment.unreadable_provenance(
                 "external", "an external server: draftboard did not start it and cannot read its engine's version",
@@ -315,7 +315,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     done = 0  # runs whose window ended cleanly
     try:
         hooks[0].state("starting")
-        if s.engine != "external":
+        if adapter.launched:
             server = ManagedServer(argv, env, workdir / "server.log",
                                    stop_outside=launch.stop_outside if launch and launch.container_name else None)
             server.start()

@@ -27,6 +27,7 @@ from pathlib import Path
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from benchkit.engines.registry import engine_for_tool
 from benchkit.formats.common import ResultFileError
 from benchkit.formats.limits import INT_MAX, TEXT_LIMITS
 from benchkit.formats.names import NamePattern, NamePatternError
@@ -162,7 +163,7 @@ def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) 
     for i, imp in enumerate(parsed.file.runs):
         w = imp.workload
         state = RunState.FAILED if imp.failure else RunState.SUCCEEDED
-        tool_engine = "sglang" if imp.source_tool.startswith("sglang") else "vllm"
+        tool_engine = engine_for_tool(imp.source_tool) or ""
         run = Run.objects.create(
             sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
             spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},
