@@ -383,7 +383,7 @@ def _reset_prefix_cache(adapter: adapters.EngineAdapter, base_url: str) -> None:
         raise counters.ScrapeError(f"cannot reset the prefix cache at {url}: {exc}") from exc
     if response.status_code // 100 != 2:
         raise counters.ScrapeError(
-            f"{url} answered HTTP {response.status_code} (vLLM needs VLLM_SERVER_DEV_MODE=1)")
+            f"{url} answered HTTP {response.status_code} ({adapter.title} servers get {adapter.server_env} for it)")
 
 
 def telemetry_sampler(spec: RunSpec, path: Path, group_pgid: int | None) -> TelemetrySampler:
