@@ -10,7 +10,7 @@ import json
 import pytest
 
 from benchkit.engines import registry
-from benchkit.engines.adapters import EngineAdapter, adapter_for
+from benchkit.engines.adapters import EngineAdapter, adapter_for, counters_from_text
 from benchkit.engines.flags import EngineConfigError, load_flags
 from benchkit.engines.kinds.external import External
 from benchkit.engines.kinds.sglang import SGLang
@@ -48,8 +48,8 @@ def test_builtin_registry_and_derived_lists():
     assert registry.engine_for_tool("someone's harness") is None
     with pytest.raises(EngineConfigError, match=r"unknown engine 'trtllm' \(known: vllm, sglang, external\)"):
         adapter_for("trtllm")
-    with pytest.raises(ValueError, match="unknown engine 'trtllm'"):
-        counters.parse_metrics_text("", "trtllm")
+    with pytest.raises(EngineConfigError, match="unknown engine 'trtllm'"):
+        counters_from_text("", "trtllm")
 
 
 def test_a_plugin_engine_is_known_everywhere_the_choices_are(standin):
@@ -220,13 +220,14 @@ class Toy(EngineAdapter):
 
 def test_counter_readers_come_from_the_registry():
     page = 'toy:steps_total{rank="0"} 4.0\ntoy:steps_total{rank="1"} 6.0\ntoy:accepted_total 15.0\n'
-    assert counters.parse_metrics_text(page).source == "none"  # not registered: not read
+    assert counters_from_text(page).source == "none"  # not registered: not read
     registry.register("toy", "tests.test_engine_registry:Toy")
     try:
-        c = counters.parse_metrics_text(page)
+        c = counters_from_text(page)
         assert (c.source, c.num_drafts, c.num_accepted_tokens) == ("toy", 10.0, 15.0)
         assert c.raw == {'toy:steps_total{rank="0"}': 4.0, 'toy:steps_total{rank="1"}': 6.0,
                          "toy:accepted_total": 15.0}
-        assert counters.parse_metrics_text(page, "vllm").source == "none"
+        assert counters_from_text(page, "vllm").source == "none"
+        assert counters_from_text(page, "external").source == "toy"  # no counters of its own: any engine's
     finally:
         registry.unregister("toy")

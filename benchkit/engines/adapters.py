@@ -46,6 +46,7 @@ from benchkit.engines.environment import (
     launch_module,
 )
 from benchkit.engines.flags import EngineConfigError, load_flags, merge_block
+from benchkit.measure import counters
 from benchkit.measure.counters import MetricsPage, SpecCounters
 from benchkit.methods import MethodError, check_method
 from benchkit.specs import GpuRef, ServerConfig
@@ -188,10 +189,18 @@ class EngineAdapter:
         return base_url.rstrip("/") + self.reset_cache_path if self.reset_cache_path else None
 
     def read_counters(self, page: MetricsPage) -> SpecCounters:
-        """The engine's speculative-decoding counters in one parsed /metrics page
-        (benchkit.measure.counters calls it; raw samples and restart markers are added there).
-        A page without them gives `source="none"` (default: the engine has no counters)."""
-        return SpecCounters(source="none")
+        """The speculative-decoding counters in one parsed /metrics page (the page's raw samples
+        and restart markers are attached by `counters_from_text`); `source="none"` when the page
+        has none. An engine that declares `counter_prefixes` reads its own; the default (an
+        engine without counters of its own: an external server, a server that exports another
+        engine's names) is what any registered engine with counters finds there, in registry
+        order (`counters_from_text(..., AUTO)`)."""
+        return _read_any(page)
+
+    def scrape_counters(self, metrics_url: str, timeout_s: float = 5.0) -> SpecCounters:
+        """GET `metrics_url` and read this engine's counters (`read_counters`). Raises
+        ScrapeError (benchkit.measure.counters) naming the URL, or for a page that cannot be read."""
+        return counters_from_text(counters.fetch_metrics_text(metrics_url, timeout_s), self.name)
 
     def speculative_config_args(self, spec: dict[str, Any], method: str) -> list[str]:
         """The command-line flags that pass a method's filled `speculative_config` (flags file)
@@ -404,6 +413,39 @@ class EngineAdapter:
                 raise EngineConfigError("acceptance_tau: the twin's environment needs the server configuration")
             out.update(self.twin(server, acceptance_tau).env)
         return out
+
+
+#: `engine` of counters_from_text that asks every registered engine with counters of its own.
+AUTO = "auto"
+
+
+def _counter_prefixes() -> tuple[str, ...]:
+    return tuple(p for n in registry.engine_names() for p in registry.engine_class(n).counter_prefixes)
+
+
+def _read_any(page: MetricsPage) -> SpecCounters:
+    """The first reading with counters, from the registered engines that declare counter names
+    (registry order: vLLM's names win when a page has both); `source="none"` otherwise."""
+    for name in registry.engine_names():
+        cls = registry.engine_class(name)
+        if cls.counter_prefixes:
+            reading = cls().read_counters(page)
+            if reading.source != "none":
+                return reading
+    return SpecCounters(source="none")
+
+
+def counters_from_text(text: str, engine: str = AUTO) -> SpecCounters:
+    """A Prometheus text page (benchkit.measure.counters.parse_page, keeping the counter names of
+    every registered engine) read by engine `engine`'s `read_counters`, or with AUTO by whichever
+    registered engine finds its counters there, with the page's raw samples, `_created` times and
+    process start attached. A page without speculative-decoding counters gives `source="none"`.
+    Raises ScrapeError for text the Prometheus parser rejects or a sample the engine's reader
+    cannot read (e.g. a vLLM per-position sample without an integer `position` label),
+    EngineConfigError (a ValueError) for an unknown `engine`."""
+    reader = _read_any if engine == AUTO else registry.engine_class(engine)().read_counters
+    page = counters.parse_page(text, _counter_prefixes())
+    return page.reading(reader(page))
 
 
 def adapter_for(engine: str, flags_file: str | Path | None = None) -> EngineAdapter:

@@ -14,9 +14,10 @@ Which metric names hold an engine's counters, and how they become `SpecCounters`
 engine's own fact: each engine module (benchkit/engines/kinds/, registered in
 benchkit/engines/registry.py) declares `counter_prefixes` and `read_counters(page)` (vLLM's
 `vllm:spec_decode_*` counters; SGLang's `sglang:spec_verify_calls_total` with its generation and
-request counters, which give accepted tokens but no draft-token count). This module parses the
-page into a `MetricsPage` once and asks the engine (or, with `engine="auto"`, each registered
-engine in registry order until one finds its counters).
+request counters, which give accepted tokens but no draft-token count), and
+benchkit.engines.adapters (`EngineAdapter.scrape_counters`, `counters_from_text`) puts the two
+halves together. This module knows no engine: it fetches the page (`fetch_metrics_text`), parses
+it into a `MetricsPage` (`parse_page`) and turns two readings into a window's figures.
 
 Restarts and bounds (MEASUREMENT.md, "Counters can restart between two readings"): a server that
 restarted between the two readings may already have counted past the first reading's values, so
@@ -44,11 +45,6 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-
-from benchkit.engines import registry
-
-#: `engine` of parse_metrics_text / scrape that tries every registered engine.
-AUTO = "auto"
 
 #: prometheus_client's process collector: start time of the process serving /metrics (Unix s).
 PROCESS_START = "process_start_time_seconds"
@@ -193,30 +189,19 @@ class MetricsPage:
         """The sum of sample `name` over all its label sets (engine cores, ranks); 0.0 when absent."""
         return sum(v for n, _, v in self.samples if n == name)
 
-
-def _engines(engine: str) -> list[Any]:
-    """The adapters whose readers `engine` asks: one, or every registered one for AUTO. Raises
-    ValueError naming the known values."""
-    names = registry.engine_names()
-    if engine != AUTO and engine not in names:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {(AUTO, *names)}")
-    return [registry.engine_class(n)() for n in (names if engine == AUTO else (engine,))]
+    def reading(self, counts: SpecCounters) -> SpecCounters:
+        """`counts` (an engine reader's figures) with this page's raw samples, `_created` times and
+        process start attached, so a later formula fix can re-derive them and restarts show."""
+        return dataclasses.replace(counts, raw=dict(self.raw), created=dict(self.created),
+                                   process_start_time_s=self.process_start_time_s)
 
 
-def parse_metrics_text(text: str, engine: str = AUTO) -> SpecCounters:
-    """Parse a Prometheus text page into `SpecCounters`.
-
-    `engine` is a registered engine name (benchkit.engines.registry) or "auto" (each engine's
-    reader in registry order; the first that finds its counters wins, so vLLM's names win when
-    a page has both). Samples ending in `_created` go to `created` (keyed by their `_total`
-    series), never into the sums; `process_start_time_seconds` to `process_start_time_s`.
-    Raises ScrapeError for text the Prometheus parser rejects or a sample an engine's reader
-    cannot read (e.g. a vLLM per-position sample without an integer `position` label),
-    ValueError for an unknown `engine`. A page without speculative-decoding counters gives
-    `source="none"` and zero counts.
-    """
-    adapters = _engines(engine)
-    prefixes = tuple(p for cls in map(registry.engine_class, registry.engine_names()) for p in cls.counter_prefixes)
+def parse_page(text: str, prefixes: tuple[str, ...]) -> MetricsPage:
+    """Parse a Prometheus text page, keeping the samples whose names start with one of
+    `prefixes` (the counter names of the registered engines). Samples ending in `_created` go to
+    `created` (keyed by their `_total` series), never into the samples;
+    `process_start_time_seconds` to `process_start_time_s`. Raises ScrapeError for text the
+    Prometheus parser rejects."""
     page = MetricsPage()
     starts: list[float] = []
     try:
@@ -236,20 +221,11 @@ def parse_metrics_text(text: str, engine: str = AUTO) -> SpecCounters:
                 page.samples.append((name, dict(sample.labels), float(sample.value)))
                 page.raw[_sample_key(name, sample.labels)] = float(sample.value)
     page.process_start_time_s = min(starts) if starts else None
-    reading = SpecCounters(source="none")
-    for adapter in adapters:
-        reading = adapter.read_counters(page)
-        if reading.source != "none":
-            break
-    if engine == AUTO and reading.source == "none":
-        reading = SpecCounters(source="none")
-    return dataclasses.replace(reading, raw=page.raw, created=page.created,
-                               process_start_time_s=page.process_start_time_s)
+    return page
 
 
-def scrape(metrics_url: str, timeout_s: float = 5.0, engine: str = AUTO) -> SpecCounters:
-    """GET `metrics_url` (e.g. http://127.0.0.1:8000/metrics) and parse it with
-    `parse_metrics_text`.
+def fetch_metrics_text(metrics_url: str, timeout_s: float = 5.0) -> str:
+    """GET `metrics_url` (e.g. http://127.0.0.1:8000/metrics) and return the page's text.
 
     Raises ScrapeError naming the URL on a transport error, a timeout after `timeout_s`
     seconds, or a non-200 answer (SGLang answers 404 without `--enable-metrics`).
@@ -260,7 +236,7 @@ def scrape(metrics_url: str, timeout_s: float = 5.0, engine: str = AUTO) -> Spec
         raise ScrapeError(f"cannot read {metrics_url}: {type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:
         raise ScrapeError(f"{metrics_url} answered HTTP {response.status_code}")
-    return parse_metrics_text(response.text, engine)
+    return response.text
 
 
 def max_accepted_per_step(method: str, num_speculative_tokens: int | None, tree_budget: int | None) -> int | None:

@@ -450,7 +450,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
     hooks.state("warming")
 
     def on_window_start() -> None:
-        readings["before"] = counters.scrape(metrics_url)
+        readings["before"] = adapter.scrape_counters(metrics_url)
         hooks.state("measuring")
 
     try:
@@ -481,7 +481,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
         out.reason = "server_died"
         out.message = f"the server exited during the run (exit code {server.returncode})"
         return
-    readings["after"] = counters.scrape(metrics_url)
+    readings["after"] = adapter.scrape_counters(metrics_url)
 
 
 def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], str]:
