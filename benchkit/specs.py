@@ -28,7 +28,7 @@ class GpuRef:
 class ServerConfig:
     """How the inference server is started (everything that forbids sharing a server).
 
-    `engine` is one of benchkit.engines.catalog.ENGINES; `method` a name of the method table
+    `engine` is a name of the engine registry (benchkit.engines.registry); `method` a name of the method table
     (benchkit.methods, which says what each method needs); `num_speculative_tokens` is the
     draft length per step (tokens); `tree_budget` is DDTree's node budget B (root not counted).
     `extra_args` is appended verbatim to the engine's argv. For engine `external`,

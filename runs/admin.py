@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from benchkit.engines.catalog import ENGINES
+from benchkit.engines.registry import engine_names
 from benchkit.hosts.allocation import AllocationError
 from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.methods import METHOD_NAMES
@@ -256,7 +256,12 @@ class ConcurrencyFilter(FixedChoicesFilter):
 
 
 class EngineFilter(FixedChoicesFilter):
-    title, parameter_name, choices_list = "engine", "engine", ENGINES
+    title, parameter_name = "engine", "engine"
+
+    @property
+    def choices_list(self) -> tuple[str, ...]:
+        """The registered engines (benchkit.engines.registry), plug-ins included."""
+        return engine_names()
 
 
 class FailureReasonFilter(FixedChoicesFilter):

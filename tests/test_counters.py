@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchkit.engines.adapters import counters_from_text
+from benchkit.engines.kinds import vllm as vk
 from benchkit.measure import counters as pc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -38,42 +40,42 @@ def plain_sum(text: str, name: str, **labels: str) -> float:
 
 def test_real_vllm_page_sums_total_samples_and_ignores_created():
     text = AFTER.read_text()
-    c = pc.parse_metrics_text(text, "vllm")
+    c = counters_from_text(text, "vllm")
     assert c.source == "vllm"
-    assert c.num_drafts == plain_sum(text, pc.VLLM_NUM_DRAFTS) > 0
-    assert c.num_draft_tokens == plain_sum(text, pc.VLLM_NUM_DRAFT_TOKENS)
-    assert c.num_accepted_tokens == plain_sum(text, pc.VLLM_NUM_ACCEPTED)
+    assert c.num_drafts == plain_sum(text, vk.NUM_DRAFTS) > 0
+    assert c.num_draft_tokens == plain_sum(text, vk.NUM_DRAFT_TOKENS)
+    assert c.num_accepted_tokens == plain_sum(text, vk.NUM_ACCEPTED)
     positions = sorted(c.accepted_per_pos)
     assert positions == [0, 1, 2]  # num_speculative_tokens = 3
     for k in positions:
-        assert c.accepted_per_pos[k] == plain_sum(text, pc.VLLM_ACCEPTED_PER_POS, position=str(k))
+        assert c.accepted_per_pos[k] == plain_sum(text, vk.ACCEPTED_PER_POS, position=str(k))
     # the `_created` timestamps (about 1.8e9) must not leak into the sums or raw
     assert not any(key.split("{")[0].endswith("_created") for key in c.raw)
     assert c.num_drafts < plain_sum(text, "vllm:spec_decode_num_drafts_created")
 
 
 def test_auto_detects_vllm_and_to_dict_round_trips():
-    c = pc.parse_metrics_text(AFTER.read_text())
+    c = counters_from_text(AFTER.read_text())
     assert c.source == "vllm"
     assert pc.SpecCounters.from_dict(c.to_dict()) == c
 
 
 def test_real_before_after_give_window_deltas():
     before_text, after_text = BEFORE.read_text(), AFTER.read_text()
-    sd = pc.spec_decode_metrics(pc.parse_metrics_text(before_text), pc.parse_metrics_text(after_text))
+    sd = pc.spec_decode_metrics(counters_from_text(before_text), counters_from_text(after_text))
     assert sd is not None
 
     def delta(name: str, **labels: str) -> float:
         return plain_sum(after_text, name, **labels) - plain_sum(before_text, name, **labels)
 
-    d_drafts = delta(pc.VLLM_NUM_DRAFTS)
-    d_tokens = delta(pc.VLLM_NUM_DRAFT_TOKENS)
-    d_acc = delta(pc.VLLM_NUM_ACCEPTED)
+    d_drafts = delta(vk.NUM_DRAFTS)
+    d_tokens = delta(vk.NUM_DRAFT_TOKENS)
+    d_acc = delta(vk.NUM_ACCEPTED)
     assert sd.num_drafts == d_drafts
     assert sd.acceptance_rate == pytest.approx(d_acc / d_tokens)
     assert sd.acceptance_length == pytest.approx(1 + d_acc / d_drafts)
     assert sd.per_position_acceptance_rate == pytest.approx(
-        [delta(pc.VLLM_ACCEPTED_PER_POS, position=str(k)) / d_drafts for k in range(3)]
+        [delta(vk.ACCEPTED_PER_POS, position=str(k)) / d_drafts for k in range(3)]
     )
     flat = sd.to_flat()
     assert flat["acceptance_length"] == sd.acceptance_length and flat["spec_source"] == "vllm"
@@ -102,7 +104,7 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",pos
 
 
 def test_counters_are_summed_over_engines_and_positions_kept_apart():
-    c = pc.parse_metrics_text(MULTI_ENGINE)
+    c = counters_from_text(MULTI_ENGINE)
     assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (40.0, 160.0, 80.0)
     assert c.accepted_per_pos == {0: 30.0, 1: 20.0}
     zero = pc.SpecCounters(num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0, source="vllm")
@@ -113,30 +115,30 @@ def test_counters_are_summed_over_engines_and_positions_kept_apart():
 
 
 def test_no_drafts_in_window_or_no_counters_gives_none():
-    c = pc.parse_metrics_text(AFTER.read_text())
+    c = counters_from_text(AFTER.read_text())
     assert pc.spec_decode_metrics(c, c) is None  # nothing happened between the readings
-    plain = pc.parse_metrics_text("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n")
+    plain = counters_from_text("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n")
     assert plain.source == "none" and plain.num_drafts == 0
     assert pc.spec_decode_metrics(plain, plain) is None
     assert pc.spec_decode_metrics(None, c) is None
 
 
 def test_counter_going_down_is_a_restart():
-    c = pc.parse_metrics_text(AFTER.read_text())
-    zero = pc.parse_metrics_text(BEFORE.read_text())
+    c = counters_from_text(AFTER.read_text())
+    zero = counters_from_text(BEFORE.read_text())
     with pytest.raises(pc.CounterResetError, match=r"spec_decode_num_accepted_tokens_per_pos_total.*went down") as exc:
         pc.spec_decode_metrics(c, zero)
     assert exc.value.code == "counters_restarted"
 
 
 def test_created_samples_and_process_start_are_kept_apart_from_the_sums():
-    c = pc.parse_metrics_text(AFTER.read_text())
+    c = counters_from_text(AFTER.read_text())
     text = AFTER.read_text()
-    key = next(k for k in c.created if k.startswith(pc.VLLM_NUM_DRAFTS))
+    key = next(k for k in c.created if k.startswith(vk.NUM_DRAFTS))
     assert c.created[key] == plain_sum(text, "vllm:spec_decode_num_drafts_created")
     assert c.process_start_time_s is None  # the trimmed fixture has no process collector
     page = RESTART_PAGE.format(drafts=1, tokens=3, accepted=1, p0=1, p1=0, p2=0, created=100.0, start=50.0)
-    parsed = pc.parse_metrics_text(page)
+    parsed = counters_from_text(page)
     assert parsed.process_start_time_s == 50.0 and set(parsed.created.values()) == {100.0}
     assert pc.SpecCounters.from_dict(parsed.to_dict()) == parsed
 
@@ -173,7 +175,7 @@ def restart_pages(created_after: float = T + 3600, start_after: float = T + 3590
                                  created=T, start=T - 10)
     after = RESTART_PAGE.format(drafts=1200, tokens=3600, accepted=2400, p0=900, p1=800, p2=700,
                                 created=created_after, start=start_after)
-    return pc.parse_metrics_text(before), pc.parse_metrics_text(after)
+    return counters_from_text(before), counters_from_text(after)
 
 
 def test_issue_13_restart_seen_from_created_and_process_start():
@@ -252,8 +254,8 @@ def sglang_page(gen: int, req: int, ver: int) -> str:
 
 
 def test_sglang_counters_give_tau_from_verify_calls():
-    before = pc.parse_metrics_text(sglang_page(0, 0, 0), "sglang")
-    after = pc.parse_metrics_text(sglang_page(31 + 11, 2, 15))
+    before = counters_from_text(sglang_page(0, 0, 0), "sglang")
+    after = counters_from_text(sglang_page(31 + 11, 2, 15))
     assert after.source == "sglang" and after.num_draft_tokens is None
     sd = pc.spec_decode_metrics(before, after)
     assert sd.num_drafts == 15
@@ -264,7 +266,7 @@ def test_sglang_counters_give_tau_from_verify_calls():
 
 
 def test_sglang_restart_and_bounds():
-    before = pc.parse_metrics_text(sglang_page(31 + 11, 2, 15))
+    before = counters_from_text(sglang_page(31 + 11, 2, 15))
     # a restarted server that already counted past the first reading: only _created shows it
     text = sglang_page(100, 5, 40)
     created = "".join(f'{n}_created{{model_name="m"}} {T + 60}\n' for n in (
@@ -273,31 +275,31 @@ def test_sglang_restart_and_bounds():
         f'{n}_created{{model_name="m"}} {T}\n' for n in (
             "sglang:generation_tokens", "sglang:num_requests", "sglang:spec_verify_calls"))
     with pytest.raises(pc.CounterResetError, match="re-created"):
-        pc.spec_decode_metrics(pc.parse_metrics_text(with_created_before), pc.parse_metrics_text(text + created))
+        pc.spec_decode_metrics(counters_from_text(with_created_before), counters_from_text(text + created))
     with pytest.raises(pc.CounterResetError, match="went down"):
-        pc.spec_decode_metrics(before, pc.parse_metrics_text(sglang_page(20, 1, 16)))
+        pc.spec_decode_metrics(before, counters_from_text(sglang_page(20, 1, 16)))
     # more requests than tokens generated beyond the verify passes: negative accepted tokens
     with pytest.raises(pc.AcceptanceBoundsError, match="accepted tokens went negative"):
-        pc.spec_decode_metrics(before, pc.parse_metrics_text(sglang_page(31 + 11 + 20, 2 + 10, 15 + 15)))
+        pc.spec_decode_metrics(before, counters_from_text(sglang_page(31 + 11 + 20, 2 + 10, 15 + 15)))
     # tau beyond the chain length k = 3: 25 accepted in 5 verify passes is 6 per pass
     with pytest.raises(pc.AcceptanceBoundsError, match="tau 6.000"):
-        pc.spec_decode_metrics(before, pc.parse_metrics_text(sglang_page(31 + 11 + 31, 2 + 1, 15 + 5)), 3)
+        pc.spec_decode_metrics(before, counters_from_text(sglang_page(31 + 11 + 31, 2 + 1, 15 + 5)), 3)
 
 
 def test_sglang_gauges_only_give_no_counters():
     text = SGLANG_PAGE.split("# HELP sglang:generation_tokens_total")[0]
-    c = pc.parse_metrics_text(text)
+    c = counters_from_text(text)
     assert c.source == "none"
     assert pc.spec_decode_metrics(c, c) is None
 
 
 def test_bad_text_and_bad_arguments_are_named():
     with pytest.raises(pc.ScrapeError, match="cannot parse"):
-        pc.parse_metrics_text('vllm:spec_decode_num_drafts_total{engine="0"} not-a-number\n')
+        counters_from_text('vllm:spec_decode_num_drafts_total{engine="0"} not-a-number\n')
     with pytest.raises(pc.ScrapeError, match="position"):
-        pc.parse_metrics_text('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1.0\n')
+        counters_from_text('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1.0\n')
     with pytest.raises(ValueError, match="unknown engine"):
-        pc.parse_metrics_text("", "trtllm")
+        counters_from_text("", "trtllm")
 
 
 @pytest.mark.parametrize(
@@ -354,13 +356,14 @@ def metrics_server():
 
 
 def test_scrape_over_http(metrics_server):
-    c = pc.scrape(f"{metrics_server}/metrics")
-    assert c == pc.parse_metrics_text(AFTER.read_text())
+    c = vk.Vllm().scrape_counters(f"{metrics_server}/metrics")
+    assert c == counters_from_text(AFTER.read_text()) == counters_from_text(AFTER.read_text(), "vllm")
+    assert c.source == "vllm" and c.num_drafts > 0
 
 
 def test_scrape_errors_name_the_url(metrics_server):
     with pytest.raises(pc.ScrapeError, match=r"/nometrics answered HTTP 404"):
-        pc.scrape(f"{metrics_server}/nometrics")
+        pc.fetch_metrics_text(f"{metrics_server}/nometrics")
     port = metrics_server.rsplit(":", 1)[1]
     # a port nothing listens on: take one from a closed socket
     s = socket.socket()
@@ -369,7 +372,7 @@ def test_scrape_errors_name_the_url(metrics_server):
     s.close()
     assert str(free) != port
     with pytest.raises(pc.ScrapeError, match=f"127.0.0.1:{free}/metrics"):
-        pc.scrape(f"http://127.0.0.1:{free}/metrics", timeout_s=2.0)
+        pc.fetch_metrics_text(f"http://127.0.0.1:{free}/metrics", timeout_s=2.0)
 
 
 @pytest.mark.vllm
@@ -393,7 +396,7 @@ def test_real_vllm_server_counters_move(demo_models, tmp_path):
     base = f"http://127.0.0.1:{port}"
     with ManagedServer(argv, env, tmp_path / "vllm.log") as server:
         server.wait_ready([f"{base}/health", f"{base}/v1/models"], timeout_s=600)
-        before = pc.scrape(f"{base}/metrics")
+        before = vk.Vllm().scrape_counters(f"{base}/metrics")
         total = 0
         for prompt in ("def f(x):", "import os\n"):
             r = httpx.post(f"{base}/v1/completions", timeout=120, json={
@@ -401,7 +404,7 @@ def test_real_vllm_server_counters_move(demo_models, tmp_path):
                 "ignore_eos": True, "temperature": 0})
             r.raise_for_status()
             total += r.json()["usage"]["completion_tokens"]
-        after = pc.scrape(f"{base}/metrics")
+        after = vk.Vllm().scrape_counters(f"{base}/metrics")
     assert server.teardown is not None and server.teardown.clean
     assert before.source == after.source == "vllm"
     sd = pc.spec_decode_metrics(before, after)

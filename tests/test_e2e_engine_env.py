@@ -5,7 +5,10 @@
   venv's distribution declares, and teardown leaves nothing behind;
 - `manage.py demo` with something listening on vLLM's default port 8000: the demo sweep gets
   free ports and succeeds; pinned to a taken port it exits non-zero naming `port_in_use` and
-  what to do (it used to print the dashboard URL and exit 0 with all 8 runs failed).
+  what to do (it used to print the dashboard URL and exit 0 with all 8 runs failed);
+- issue 17: an engine that is not in the repository (tests/engine_standin.py, one module),
+  registered by the environment variable DRAFTBOARD_ENGINES and given its flags in a flags file
+  of the test's own, runs a sweep through the worker: no other project file knows it.
 
 The engine is the stand-in (tests/standin: an OpenAI-compatible streaming server, standard
 library only), because no real engine fits in a bare venv here."""
@@ -28,12 +31,13 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from benchkit.engines import registry
 from benchkit.sweeps.sweepfile import parse_sweep
 from runs import localstack
 from runs.models import Run, RunState
 from runs.services.hosts import get_or_create_host, record_inventory
 from runs.services.sweeps import create_sweep
-from tests import standin
+from tests import engine_standin, standin
 
 pytestmark = [pytest.mark.celery]
 REPO = Path(__file__).resolve().parents[1]
@@ -46,24 +50,21 @@ def _test_database_url() -> str:
     return f"postgres://{s['USER']}:{s['PASSWORD'] or ''}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-@pytest.fixture
-def engine_venv_worker(tmp_path, monkeypatch):
-    """A second venv holding the stand-in engine, a flags file whose build `standin-venv` runs it,
-    and a real Celery worker (subprocess) on a fresh host queue that reads that flags file."""
-    python = standin.make_venv(tmp_path)
-    flags = standin.flags_file(tmp_path / "flags.yaml", engine="sglang", python=str(python), build="standin-venv")
-    monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(flags))
+def _worker(tmp_path: Path, monkeypatch, env_extra: dict[str, str]):
+    """A real Celery worker (subprocess) on a fresh host queue against the test database, with
+    `env_extra` in its environment (and in this process's). Yields (host name, log path)."""
+    for key, value in env_extra.items():
+        monkeypatch.setenv(key, value)
     was_up = localstack.ping(settings.CELERY_BROKER_URL)
     broker = localstack.ensure_redis(settings.CELERY_BROKER_URL, Path(settings.VAR_DIR))
     host_name = f"ci-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "DATABASE_URL": _test_database_url(), "CELERY_BROKER_URL": broker,
-           "DRAFTBOARD_HOST": host_name, "DRAFTBOARD_RUNS_DIR": str(tmp_path / "runs"),
-           "DRAFTBOARD_ENGINE_FLAGS": str(flags)}
+           "DRAFTBOARD_HOST": host_name, "DRAFTBOARD_RUNS_DIR": str(tmp_path / "runs"), **env_extra}
     log = open(tmp_path / "worker.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchsite", "worker", "-Q", f"host.{host_name}",
                              "-c", "1", "--loglevel", "INFO", "-n", f"{host_name}@%h"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    yield python, host_name, tmp_path / "worker.log"
+    yield host_name, tmp_path / "worker.log"
     from benchkit.hosts.teardown import stop_process_group
 
     stop_process_group(proc.pid, term_timeout_s=20)
@@ -71,6 +72,26 @@ def engine_venv_worker(tmp_path, monkeypatch):
     log.close()
     if not was_up:
         localstack.stop_redis(Path(settings.VAR_DIR))
+
+
+@pytest.fixture
+def engine_venv_worker(tmp_path, monkeypatch):
+    """A second venv holding the stand-in engine, a flags file whose build `standin-venv` runs it,
+    and a real Celery worker (subprocess) on a fresh host queue that reads that flags file."""
+    python = standin.make_venv(tmp_path)
+    flags = standin.flags_file(tmp_path / "flags.yaml", engine="sglang", python=str(python), build="standin-venv")
+    for host_name, log in _worker(tmp_path, monkeypatch, {"DRAFTBOARD_ENGINE_FLAGS": str(flags)}):
+        yield python, host_name, log
+
+
+def _wait_finished(sweep, timeout_s: float = 120) -> list[Run]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if set(Run.objects.filter(sweep=sweep).values_list("state", flat=True)) <= {RunState.SUCCEEDED,
+                                                                                   RunState.FAILED}:
+            break
+        time.sleep(0.5)
+    return list(Run.objects.filter(sweep=sweep).order_by("id"))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -88,13 +109,7 @@ def test_build_in_its_own_venv_runs_through_the_real_worker(engine_venv_worker, 
         "limits": {"ready_timeout_s": 60, "request_timeout_s": 30, "stop_timeout_s": 10},
     }, source="test")
     sweep = create_sweep(spec, host, source="test", enqueue=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if set(Run.objects.filter(sweep=sweep).values_list("state", flat=True)) <= {RunState.SUCCEEDED,
-                                                                                   RunState.FAILED}:
-            break
-        time.sleep(0.5)
-    runs = list(Run.objects.filter(sweep=sweep).order_by("id"))
+    runs = _wait_finished(sweep)
     for r in runs:
         assert r.state == RunState.SUCCEEDED, (r.failure_reason, r.failure_message, worker_log.read_text()[-3000:])
         assert r.server_shared and r.argv[:3] == [str(python), "-m", "standin_engine"]
@@ -114,6 +129,59 @@ def test_build_in_its_own_venv_runs_through_the_real_worker(engine_venv_worker, 
     assert {r.server_port for r in runs} == {started["port"]}
     # teardown left nothing behind
     assert not psutil.pid_exists(started["pid"]) or psutil.Process(started["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert standin.standin_pids() == []
+
+
+@pytest.fixture
+def plugin_engine_worker(tmp_path, monkeypatch):
+    """The stand-in engine as a plug-in: its module (tests/engine_standin.py) registered through
+    DRAFTBOARD_ENGINES, its flags (`engines.standin`: the stand-in server from a second venv) in a
+    flags file of this test's, a worker started with both."""
+    python = standin.make_venv(tmp_path)
+    flags = tmp_path / "flags.json"
+    flags.write_text(json.dumps({"engines": {"standin": {
+        "python": str(python),
+        "launch": ["-m", "standin_engine", "--model", "{model}", "--host", "127.0.0.1", "--port", "{port}"],
+        "options": {"served_model_name": "--served-model-name"},
+        "methods": {"auto": {}, "ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": "{k}"},
+                                          "default_k": 3}}}}}))
+    yield from _worker(tmp_path, monkeypatch, {registry.PLUGINS_ENV: engine_standin.ENTRY,
+                                               "DRAFTBOARD_ENGINE_FLAGS": str(flags)})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plugin_engine_runs_a_sweep_through_the_real_worker(plugin_engine_worker, tmp_path):
+    """Issue 17's done-when: one module + a registry entry, no other file. The worker resolves
+    `standin` through the registry, starts the server from the engine's flags, checks its
+    readiness paths, resets its cache between the two runs sharing a server (POST /flush_cache:
+    a wrong path would fail the second run), renders the ngram config with the engine's own
+    `speculative_config_args`, reads its version through the engine's build env, and tears down."""
+    host_name, worker_log = plugin_engine_worker
+    host = get_or_create_host(host_name)
+    record_inventory(host)
+    spec = parse_sweep({
+        "name": "plug-in engine", "engine": "standin", "model": str(standin.model_dir(tmp_path)),
+        "server": {"served_model_name": "demo", "load_format": "dummy"},
+        "grid": {"methods": ["auto", {"method": "ngram"}], "concurrency": [1, 2], "output_len": [17],
+                 "input_len": [16]},
+        "workload": {"num_prompts": 8, "ignore_eos": True},
+        "limits": {"ready_timeout_s": 60, "request_timeout_s": 30, "stop_timeout_s": 10},
+    }, source="test")
+    runs = _wait_finished(create_sweep(spec, host, source="test", enqueue=True))
+    assert len(runs) == 4
+    for r in runs:
+        assert r.state == RunState.SUCCEEDED, (r.failure_reason, r.failure_message, worker_log.read_text()[-3000:])
+        assert r.engine == "standin" and r.server_shared and r.engine_version == standin.DIST_VERSION
+        assert r.argv[1:3] == ["-m", "standin_engine"] and r.server_port is not None
+    ngram = [r for r in runs if r.method == "ngram"]
+    assert len(ngram) == 2
+    for r in ngram:
+        assert r.argv[-2:] == ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3},
+                                                                   sort_keys=True)]
+        # the stand-in's first message carries 1 token, then each draft step 1 accepted draft + the
+        # bonus token (standin_engine.ACCEPTED = 1): 17 tokens = 1 + 8 steps x 2, tau = 1 + 8 / 8
+        assert r.metrics.acceptance_length == pytest.approx(2.0)
+    assert all(r.metrics.acceptance_length is None for r in runs if r.method == "auto")
     assert standin.standin_pids() == []
 
 

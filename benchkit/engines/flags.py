@@ -21,7 +21,7 @@ import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from benchkit.configfile import FieldProblem, StrictModel, first_problem, load_yaml, plain, yaml_problem
-from benchkit.engines.catalog import LaunchedEngineName
+from benchkit.engines.registry import EngineConfigError, LaunchedEngineName
 from benchkit.methods import MethodName
 
 DEFAULT_FLAGS_FILE = Path(__file__).with_name("engine_flags.yaml")
@@ -38,12 +38,6 @@ CONTAINER_RUNTIMES = ("docker", "podman")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_0-9]+)\}")
 #: Keys older flags files carried per method; they are facts of the method (benchkit.methods).
 _METHOD_TABLE_KEYS = ("needs_drafter", "needs_budget", "prefix_caching")
-
-
-class EngineConfigError(ValueError):
-    """A flags file is malformed, or a ServerConfig cannot be turned into a command line for its
-    engine (unknown engine or build, method the build does not define, drafter or tree budget
-    missing, ...). The message names the file, line and key, or the ServerConfig field."""
 
 
 def _template(text: str, known: tuple[str, ...] = PLACEHOLDERS) -> str:
@@ -218,7 +212,8 @@ class BuildFlags(EngineFlags):
 
 
 class FlagsFile(StrictModel):
-    """A whole flags file: `engines` and `builds`."""
+    """A whole flags file: `engines` and `builds`. Engine names are those of the registry that
+    draftboard launches (benchkit.engines.registry), checked when the file is read."""
 
     engines: dict[LaunchedEngineName, EngineFlags] = Field(default_factory=dict)
     builds: dict[str, BuildFlags] = Field(default_factory=dict)

@@ -212,7 +212,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     try:
         adapter = adapters.adapter_for(s.engine)
         port: int | None = None
-        if s.engine == "external":
+        if not adapter.launched:
             base_url, argv, env = s.endpoint_url.rstrip("/"), [], {}
             provenance = environment.unreadable_provenance(
                 "external", "an external server: draftboard did not start it and cannot read its engine's version",
@@ -254,7 +254,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     done = 0  # runs whose window ended cleanly
     try:
         hooks[0].state("starting")
-        if s.engine != "external":
+        if adapter.launched:
             server = ManagedServer(argv, env, workdir / "server.log",
                                    stop_outside=launch.stop_outside if launch and launch.container_name else None)
             server.start()
@@ -322,7 +322,7 @@ def _reset_prefix_cache(adapter: adapters.EngineAdapter, base_url: str) -> None:
         raise counters.ScrapeError(f"cannot reset the prefix cache at {url}: {exc}") from exc
     if response.status_code // 100 != 2:
         raise counters.ScrapeError(
-            f"{url} answered HTTP {response.status_code} (vLLM needs VLLM_SERVER_DEV_MODE=1)")
+            f"{url} answered HTTP {response.status_code} ({adapter.title} servers get {adapter.server_env} for it)")
 
 
 def telemetry_sampler(spec: RunSpec, path: Path, group_pgid: int | None) -> TelemetrySampler:
@@ -389,7 +389,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
     hooks.state("warming")
 
     def on_window_start() -> None:
-        readings["before"] = counters.scrape(metrics_url)
+        readings["before"] = adapter.scrape_counters(metrics_url)
         hooks.state("measuring")
 
     try:
@@ -420,7 +420,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
         out.reason = "server_died"
         out.message = f"the server exited during the run (exit code {server.returncode})"
         return
-    readings["after"] = counters.scrape(metrics_url)
+    readings["after"] = adapter.scrape_counters(metrics_url)
 
 
 def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], str]:

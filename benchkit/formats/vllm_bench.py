@@ -34,7 +34,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, create_model, model_validator
 
-from benchkit.engines.catalog import LaunchedEngineName
+from benchkit.engines.registry import LaunchedEngineName, launched_engines
 from benchkit.formats.base import JsonObjectsFormat
 from benchkit.formats.common import (
     COMMON_DEFINITIONS,
@@ -237,7 +237,7 @@ def import_draftboard(obj: JsonObject) -> ImportedRun:
     for key in ("model", "dataset", "input_len", "output_len", "num_prompts", "concurrency", "engine"):
         if getattr(run, key) is not None:
             workload[key] = getattr(run, key)
-    if workload["engine"] is None and m.backend in ("vllm", "sglang"):
+    if workload["engine"] is None and m.backend in launched_engines():
         workload["engine"] = m.backend  # exports before draftboard.run.engine wrote the engine as backend
     definitions = dict(block.definitions) if block.definitions is not None else dict(DRAFTBOARD_DEFINITIONS)
     keys = {f.name: f"draftboard.metrics.{f.name}" for f in METRIC_FIELDS}

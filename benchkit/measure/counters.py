@@ -10,32 +10,14 @@ deltas into acceptance figures (MEASUREMENT.md, "Per run"):
 Every counter is summed over all of its label sets (engine index, model name, DP/TP rank), so
 a server with several engine cores or ranks gives one figure.
 
-Metric names, by engine:
-
-vLLM (v1 engine, `vllm/v1/spec_decode/metrics.py`; the same four names are read by
-`vllm/benchmarks/serve.py::fetch_spec_decode_metrics`), Prometheus counters:
-    vllm:spec_decode_num_drafts_total
-    vllm:spec_decode_num_draft_tokens_total
-    vllm:spec_decode_num_accepted_tokens_total
-    vllm:spec_decode_num_accepted_tokens_per_pos_total{position="k"}
-
-SGLang (`--enable-metrics`; sgl-project/sglang `python/sglang/srt/observability/metrics_collector.py`,
-earlier `python/sglang/srt/metrics/collector.py`): there is no draft-token counter. Newer builds
-have the counter `sglang:spec_verify_calls_total` (incremented by each finished request's
-`spec_verify_ct`, i.e. target verify passes) beside `sglang:generation_tokens_total` and
-`sglang:num_requests_total` (also counted per finished request). Every build has the gauges
-`sglang:spec_accept_length` and `sglang:spec_accept_rate`, which describe only the most recent
-logging interval and so cannot give a per-run delta; they are kept in `SpecCounters.raw` for
-reference only. From the counters draftboard derives, per request of `n` output tokens with
-`V` verify passes (the first token comes from prefill, each verify pass emits its accepted
-draft tokens plus one bonus token, so `n = 1 + V + accepted`):
-    drafts   = sglang:spec_verify_calls_total
-    accepted = sglang:generation_tokens_total - sglang:spec_verify_calls_total
-               - sglang:num_requests_total
-so that tau = 1 + accepted / drafts is the same quantity as vLLM's. (SGLang's own
-`avg_spec_accept_length` is generation tokens / verify calls, which counts the prefill token
-too and is larger by requests / verify calls.) Draft tokens and per-position counts are not
-exposed by SGLang, so its acceptance rate and per-position rates are None.
+Which metric names hold an engine's counters, and how they become `SpecCounters`, is the
+engine's own fact: each engine module (benchkit/engines/kinds/, registered in
+benchkit/engines/registry.py) declares `counter_prefixes` and `read_counters(page)` (vLLM's
+`vllm:spec_decode_*` counters; SGLang's `sglang:spec_verify_calls_total` with its generation and
+request counters, which give accepted tokens but no draft-token count), and
+benchkit.engines.adapters (`EngineAdapter.scrape_counters`, `counters_from_text`) puts the two
+halves together. This module knows no engine: it fetches the page (`fetch_metrics_text`), parses
+it into a `MetricsPage` (`parse_page`) and turns two readings into a window's figures.
 
 Restarts and bounds (MEASUREMENT.md, "Counters can restart between two readings"): a server that
 restarted between the two readings may already have counted past the first reading's values, so
@@ -56,25 +38,13 @@ by their full names.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-
-VLLM_NUM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_NUM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-
-SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
-SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
-SGLANG_NUM_REQUESTS = "sglang:num_requests_total"
-#: Interval gauges (most recent logging interval only): recorded, never used for deltas.
-SGLANG_GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:spec_num_draft_tokens")
-
-ENGINES = ("auto", "vllm", "sglang")
 
 #: prometheus_client's process collector: start time of the process serving /metrics (Unix s).
 PROCESS_START = "process_start_time_seconds"
@@ -114,13 +84,14 @@ class SpecCounters:
     Counts are summed over all label sets. `num_drafts` is the number of draft/verify steps,
     `num_draft_tokens` the tokens proposed (None where the engine does not expose it: SGLang),
     `num_accepted_tokens` the draft tokens the target accepted, `accepted_per_pos` maps a draft
-    position k (0-based) to the tokens accepted at k (empty where not exposed).
-    `source` is "vllm", "sglang" or "none" (the page has no speculative-decoding counter: an
-    autoregressive server). `raw` maps every relevant sample, written as `name{labels}`, to its
-    value, so a later formula fix can re-derive the figures. `created` maps a relevant counter
-    series (`name_total{labels}`) to its `_created` sample (Unix s) where the page has one;
-    `process_start_time_s` is the page's `process_start_time_seconds` (Unix s; the earliest when
-    several processes report one), None when absent.
+    position k (0-based) to the tokens accepted at k (empty where not exposed). `source` is the
+    engine whose counters they are (a registry name, e.g. "vllm") or "none" (the page has no
+    speculative-decoding counter: an autoregressive server). `raw` maps every relevant sample,
+    written as `name{labels}`, to its value, so a later formula fix can re-derive the figures.
+    `created` maps a relevant counter series (`name_total{labels}`) to its `_created` sample
+    (Unix s) where the page has one; `process_start_time_s` is the page's
+    `process_start_time_seconds` (Unix s; the earliest when several processes report one), None
+    when absent.
     """
 
     num_drafts: float = 0.0
@@ -197,30 +168,41 @@ def _sample_key(name: str, labels: dict[str, str]) -> str:
     return f"{name}{{{inner}}}"
 
 
-def _relevant(name: str) -> bool:
-    return (
-        name.startswith("vllm:spec_decode")
-        or name.startswith("sglang:spec_")
-        or name in (SGLANG_GENERATION_TOKENS, SGLANG_NUM_REQUESTS)
-    )
+@dataclass
+class MetricsPage:
+    """One parsed Prometheus page, reduced to the samples some registered engine's counter reader
+    names (its `counter_prefixes`): `samples` as (name, labels, value), `raw` the same as
+    `name{labels}` -> value, `created` each such counter series' `_created` sample (Unix s, keyed
+    `name_total{labels}`), `process_start_time_s` the earliest `process_start_time_seconds`
+    (None when absent)."""
+
+    samples: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    raw: dict[str, float] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    process_start_time_s: float | None = None
+
+    def has(self, name: str) -> bool:
+        """True when the page has a sample named `name` (full sample name, `_total` kept)."""
+        return any(n == name for n, _, _ in self.samples)
+
+    def total(self, name: str) -> float:
+        """The sum of sample `name` over all its label sets (engine cores, ranks); 0.0 when absent."""
+        return sum(v for n, _, v in self.samples if n == name)
+
+    def reading(self, counts: SpecCounters) -> SpecCounters:
+        """`counts` (an engine reader's figures) with this page's raw samples, `_created` times and
+        process start attached, so a later formula fix can re-derive them and restarts show."""
+        return dataclasses.replace(counts, raw=dict(self.raw), created=dict(self.created),
+                                   process_start_time_s=self.process_start_time_s)
 
 
-def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
-    """Parse a Prometheus text page into `SpecCounters`.
-
-    `engine` is "vllm", "sglang" or "auto" (vLLM names win when both are present). Samples
-    ending in `_created` go to `created` (keyed by their `_total` series), never into the sums;
-    `process_start_time_seconds` to `process_start_time_s`. Raises ScrapeError for text the Prometheus parser
-    rejects or a per-position sample without an integer `position` label, ValueError for an
-    unknown `engine`. A page without speculative-decoding counters gives `source="none"` and
-    zero counts.
-    """
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
-    sums: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    raw: dict[str, float] = {}
-    created: dict[str, float] = {}
+def parse_page(text: str, prefixes: tuple[str, ...]) -> MetricsPage:
+    """Parse a Prometheus text page, keeping the samples whose names start with one of
+    `prefixes` (the counter names of the registered engines). Samples ending in `_created` go to
+    `created` (keyed by their `_total` series), never into the samples;
+    `process_start_time_seconds` to `process_start_time_s`. Raises ScrapeError for text the
+    Prometheus parser rejects."""
+    page = MetricsPage()
     starts: list[float] = []
     try:
         families = list(text_string_to_metric_families(text))
@@ -231,61 +213,19 @@ def parse_metrics_text(text: str, engine: str = "auto") -> SpecCounters:
             name = sample.name
             if name == PROCESS_START:
                 starts.append(float(sample.value))
-                continue
-            if name.endswith("_created"):
+            elif name.endswith("_created"):
                 series = name[: -len("_created")] + "_total"
-                if _relevant(series):
-                    created[_sample_key(series, sample.labels)] = float(sample.value)
-                continue
-            if not _relevant(name):
-                continue
-            value = float(sample.value)
-            raw[_sample_key(name, sample.labels)] = value
-            if name == VLLM_ACCEPTED_PER_POS:
-                try:
-                    pos = int(sample.labels["position"])
-                except (KeyError, ValueError) as exc:
-                    raise ScrapeError(
-                        f"{name} sample without an integer 'position' label: {sample.labels}"
-                    ) from exc
-                per_pos[pos] = per_pos.get(pos, 0.0) + value
-            sums[name] = sums.get(name, 0.0) + value
-
-    extra = {"created": created, "process_start_time_s": min(starts) if starts else None}
-    has_vllm = any(n in sums for n in (VLLM_NUM_DRAFTS, VLLM_NUM_DRAFT_TOKENS, VLLM_NUM_ACCEPTED))
-    has_sglang = SGLANG_VERIFY_CALLS in sums
-    use = engine
-    if engine == "auto":
-        use = "vllm" if has_vllm else ("sglang" if has_sglang else "none")
-    if use == "vllm" and has_vllm:
-        return SpecCounters(
-            num_drafts=sums.get(VLLM_NUM_DRAFTS, 0.0),
-            num_draft_tokens=sums.get(VLLM_NUM_DRAFT_TOKENS, 0.0),
-            num_accepted_tokens=sums.get(VLLM_NUM_ACCEPTED, 0.0),
-            accepted_per_pos=per_pos,
-            source="vllm",
-            raw=raw,
-            **extra,
-        )
-    if use == "sglang" and has_sglang:
-        verify = sums[SGLANG_VERIFY_CALLS]
-        generated = sums.get(SGLANG_GENERATION_TOKENS, 0.0)
-        requests = sums.get(SGLANG_NUM_REQUESTS, 0.0)
-        return SpecCounters(
-            num_drafts=verify,
-            num_draft_tokens=None,
-            num_accepted_tokens=generated - verify - requests,
-            accepted_per_pos={},
-            source="sglang",
-            raw=raw,
-            **extra,
-        )
-    return SpecCounters(num_draft_tokens=None if use == "sglang" else 0.0, source="none", raw=raw, **extra)
+                if series.startswith(prefixes):
+                    page.created[_sample_key(series, sample.labels)] = float(sample.value)
+            elif name.startswith(prefixes):
+                page.samples.append((name, dict(sample.labels), float(sample.value)))
+                page.raw[_sample_key(name, sample.labels)] = float(sample.value)
+    page.process_start_time_s = min(starts) if starts else None
+    return page
 
 
-def scrape(metrics_url: str, timeout_s: float = 5.0, engine: str = "auto") -> SpecCounters:
-    """GET `metrics_url` (e.g. http://127.0.0.1:8000/metrics) and parse it with
-    `parse_metrics_text`.
+def fetch_metrics_text(metrics_url: str, timeout_s: float = 5.0) -> str:
+    """GET `metrics_url` (e.g. http://127.0.0.1:8000/metrics) and return the page's text.
 
     Raises ScrapeError naming the URL on a transport error, a timeout after `timeout_s`
     seconds, or a non-200 answer (SGLang answers 404 without `--enable-metrics`).
@@ -296,7 +236,7 @@ def scrape(metrics_url: str, timeout_s: float = 5.0, engine: str = "auto") -> Sp
         raise ScrapeError(f"cannot read {metrics_url}: {type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:
         raise ScrapeError(f"{metrics_url} answered HTTP {response.status_code}")
-    return parse_metrics_text(response.text, engine)
+    return response.text
 
 
 def max_accepted_per_step(method: str, num_speculative_tokens: int | None, tree_budget: int | None) -> int | None:

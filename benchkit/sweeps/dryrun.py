@@ -127,7 +127,7 @@ def _plan_start(start: PlannedStart, workdir: Path, gpu_checks: bool,
     s = spec.server
     try:
         adapter = adapters.adapter_for(s.engine)
-        if s.engine == "external":
+        if not adapter.launched:
             start.build, start.port_note = f"external server {s.endpoint_url}", "the external server's"
             return
         if spec.port is not None:

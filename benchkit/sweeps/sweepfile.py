@@ -6,7 +6,7 @@ concurrency x output length x input length x repeat. Layout (every key but `name
 
     name: users-grid                 # sweep name
     description: free text
-    engine: sglang                   # vllm | sglang | external (benchkit.engines.catalog)
+    engine: sglang                   # vllm | sglang | external (benchkit.engines.registry)
     engine_build: ""                 # default build (key into engine_flags.yaml `builds`)
     model: /models/Qwen3.5-27B       # target model dir or name; "{demo_target}" style placeholders
     drafter: /models/...-DFlash      # default drafter of the methods that need one
@@ -80,8 +80,8 @@ from benchkit.configfile import (
     yaml_problem,
 )
 from benchkit.engines.adapters import EngineConfigError, adapter_for
-from benchkit.engines.catalog import LAUNCHED_ENGINES, EngineName
 from benchkit.engines.demo_models import is_demo_model
+from benchkit.engines.registry import EngineName, is_launched
 from benchkit.hosts import HOST_NAME_RE, telemetry
 from benchkit.hosts.allocation import Allocation, fit_sweep_gpus
 from benchkit.hosts.inventory import HostInventory
@@ -330,7 +330,7 @@ class SweepFile(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepFile:
-        if self.engine not in LAUNCHED_ENGINES and not self.server.endpoint_url:
+        if not is_launched(self.engine) and not self.server.endpoint_url:
             raise FieldProblem(("server", "endpoint_url"), f"engine {self.engine!r} needs the URL of a running server")
         for axis in GRID_AXES:
             if getattr(self.grid, axis) is not None and axis in self.workload.model_fields_set:
@@ -666,7 +666,7 @@ def parse_sweep(data: Any, source: str = "<dict>", variables: dict[str, str] | N
 def _check_against_flags(sf: SweepFile, variants: list[tuple[int, MethodVariant]], data: Any, source: str) -> None:
     """Every (method, build) must be defined in the engine flags file for the engine, and the
     build's environment (`python`, `launcher`) must be well formed."""
-    if sf.engine not in LAUNCHED_ENGINES:
+    if not is_launched(sf.engine):
         return
     try:
         adapter = adapter_for(sf.engine)

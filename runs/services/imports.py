@@ -32,6 +32,7 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
+from benchkit.engines.registry import engine_for_tool
 from benchkit.execution.outcome import RunOutcome
 from benchkit.formats.common import ImportedRun
 from benchkit.formats.errors import ResultFileError
@@ -181,7 +182,7 @@ def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) 
     ids = []
     for i, imp in enumerate(parsed.file.runs):
         w = imp.workload
-        tool_engine = "sglang" if imp.source_tool.startswith("sglang") else "vllm"
+        tool_engine = engine_for_tool(imp.source_tool) or ""
         run = Run(
             sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
             spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from benchkit.engines.catalog import LAUNCHED_ENGINES
+from benchkit.engines.registry import launched_engines
 from benchkit.formats.errors import ResultFileError, printable
 from benchkit.formats.registry import FORMATS, format_choices
 from benchkit.methods import METHOD_NAMES
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         parser.add_argument("--num-speculative-tokens", type=int, default=None)
         parser.add_argument("--tree-budget", type=int, default=None)
         parser.add_argument("--tp", type=int, default=1)
-        parser.add_argument("--engine", default=None, choices=LAUNCHED_ENGINES,
+        parser.add_argument("--engine", default=None, choices=launched_engines(),
                             help="default: what the file says, else the tool that wrote it")
         parser.add_argument("--format", default="auto", choices=format_choices(),
                             help="auto (the file's markers decide) or one of: "
