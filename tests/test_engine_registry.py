@@ -16,7 +16,7 @@ from benchkit.engines.kinds.external import External
 from benchkit.engines.kinds.sglang import SGLang
 from benchkit.engines.kinds.vllm import Vllm
 from benchkit.measure import counters
-from benchkit.measure.loadgen import build_body
+from benchkit.measure.loadclient import build_body
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import GpuRef, ServerConfig, WorkloadSpec
 from benchkit.sweeps.sweepfile import SweepError, parse_sweep
