@@ -223,10 +223,7 @@ def test_format_modules_stand_between_the_interface_and_the_registry():
 #: Engine modules: the one place an engine's name may decide anything.
 ENGINE_MODULES = ("benchkit/engines/kinds/", "benchkit/engines/registry.py")
 #: Files that compare against a string that happens to be an engine name, and why.
-ENGINE_NAME_EXEMPT = {
-    "benchkit/formats/reader.py": "result-file format names (`vllm` is `vllm bench serve`'s JSON format), "
-                                  "not engines; the format registry replaces them",
-}
+ENGINE_NAME_EXEMPT: dict[str, str] = {}
 
 
 def _engine_name_branches(path: Path) -> list[str]:
