@@ -511,8 +511,9 @@ class ConnectionPool:
                 raise
 
     async def _exchange(self, conn: _Conn, payload: bytes, sink: Sink, on_send: Callable[[], int]) -> None:
-        conn.body, conn.sink, conn.got_bytes = _Body(), sink, False
-        conn.fut = self.loop.create_future()
+        body = _Body()
+        conn.body, conn.sink, conn.got_bytes = body, sink, False
+        conn.fut = fut = self.loop.create_future()
         conn.draining = False
         self.loop.add_reader(conn.fd, conn.on_readable)
         conn.send_ns = on_send()
@@ -525,10 +526,12 @@ class ConnectionPool:
             sent = len(payload)
         if sent < len(payload):
             await self.loop.sock_sendall(conn.sock, payload[sent:])
-        await conn.fut
-        if conn.body is not None:  # the sink is done but the answer goes on: drain it, then reuse
+        await fut
+        # The sink is done but the answer goes on: the reader drains it and then reuses the
+        # connection. (By now the connection may already be back in the pool and serving the
+        # next request: compare with this request's own body, never touch the next one's.)
+        if conn.body is body:
             conn.draining = True
-            conn.fut = None
 
     def refresh_clock(self) -> None:
         """Measure the clock offset again if it is due (KernelClock.refresh)."""

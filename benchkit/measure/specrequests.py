@@ -120,18 +120,13 @@ class RequestAcceptance:
         return dict(vars(self))
 
 
-def request_acceptance(logs: Sequence[Any]) -> RequestAcceptance | None:
-    """Run figures from the `spec_*` fields of completed (ok) measured RequestLogs; None where no
-    request reported a verify step (unknown, not zero)."""
-    taus, steps, acc, hist = [], 0, 0, None
-    for log in logs:
-        if log.warmup or not log.ok or not getattr(log, "spec_steps", None):
-            continue
-        n, a = log.spec_steps, log.spec_accepted_tokens or 0
+def acceptance_from(steps: Sequence[int], accepted: Sequence[int],
+                    histograms: Sequence[list[int] | None]) -> RequestAcceptance | None:
+    """RequestAcceptance of the requests given as parallel lists (verify steps > 0, accepted
+    draft tokens, histogram or None); None for no request."""
+    taus, hist = [], None
+    for n, a, h in zip(steps, accepted, histograms, strict=True):
         taus.append(1.0 + a / n)
-        steps += n
-        acc += a
-        h = log.spec_histogram
         if h:
             hist = hist or []
             if len(hist) < len(h):
@@ -140,6 +135,15 @@ def request_acceptance(logs: Sequence[Any]) -> RequestAcceptance | None:
                 hist[i] += c
     if not taus:
         return None
+    total_steps, total_acc = int(sum(steps)), int(sum(accepted))
     return RequestAcceptance(requests=len(taus), tau_request_weighted=float(np.mean(taus)),
-                             tau_token_weighted=1.0 + acc / steps, tau_per_request=taus, histogram=hist,
-                             steps=steps, accepted_tokens=acc)
+                             tau_token_weighted=1.0 + total_acc / total_steps, tau_per_request=taus, histogram=hist,
+                             steps=total_steps, accepted_tokens=total_acc)
+
+
+def request_acceptance(logs: Sequence[Any]) -> RequestAcceptance | None:
+    """Run figures from the `spec_*` fields of completed (ok) measured RequestLogs; None where no
+    request reported a verify step (unknown, not zero)."""
+    counted = [log for log in logs if not log.warmup and log.ok and log.spec_steps]
+    return acceptance_from([log.spec_steps for log in counted], [log.spec_accepted_tokens or 0 for log in counted],
+                           [log.spec_histogram for log in counted])
