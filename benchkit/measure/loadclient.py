@@ -442,7 +442,8 @@ class RequestStream(Sink):
         else:
             tokens = 1 if (reasoning or content) else 0
             self.cum += tokens
-            self.log.tokens_from_text = True
+            if tokens:
+                self.log.tokens_from_text = True
         if type(ids) is list:
             self.ids.extend(ids)
         elif tokens:
