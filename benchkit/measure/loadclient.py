@@ -3,11 +3,13 @@ records, and how busy the process itself was (used by `benchkit.measure.loadgen`
 process and by each `benchkit.measure.loadworkers` worker).
 
 Each request is `POST /v1/completions` (or `/v1/chat/completions` with `api="chat"`) with
-`stream: true`, `stream_options: {"include_usage": true, "continuous_usage_stats": true}`,
-`max_tokens = output_len`, `ignore_eos` (a vLLM/SGLang extra parameter), `temperature` and
-`seed`. The response is an event stream (`benchkit.measure.sse`: WHATWG framing, CRLF/LF/CR,
-comments, multi-line data, BOM; bytes decoded once an event is complete). Each event is stamped
-with the time of the read that completed it (`time.perf_counter_ns`). For every message the
+`stream: true`, `stream_options: {"include_usage": true}` (plus `continuous_usage_stats` and
+`return_token_ids` as `ClientOptions` say), `max_tokens = output_len`, `ignore_eos` (a
+vLLM/SGLang extra parameter), `temperature` and `seed`. The response is an event stream
+(`benchkit.measure.sse`: WHATWG framing, CRLF/LF/CR, comments, multi-line data, BOM; bytes
+decoded once an event is complete) read by `benchkit.measure.httpstream`, which stamps each read
+with the kernel's receive time of its bytes (mapped onto `time.perf_counter_ns`); every event
+completed by a read carries that read's stamp. For every message the
 client records the output tokens it carried:
 
 - from the server's cumulative `usage.completion_tokens` (delta to the previous message) when
@@ -41,17 +43,17 @@ fire every `LAG_INTERVAL_S` actually ran) with `HeadroomSampler`; `ClientHeadroo
 them (`LoadResult.client`) and `benchkit.measure.validity` marks a saturated client's run
 suspect (`client_saturated`).
 
-Transport: aiohttp (its streaming path costs less CPU per message than httpx's: on one core the
-httpx version sustained about 0.43x the tokens/s of `vllm bench serve`'s client). Event loop:
-uvloop where it is installed (it is in vLLM's and the GPU image's environments; measured about
-10 % less client CPU per token than asyncio's own loop on the 2-core dev machine), else asyncio's;
-`ClientHeadroom.event_loop` records which. Where one client process spends its time (py-spy,
-asyncio loop, 16 streams at 40k tok/s from the synthetic server): socket reads 25 %, epoll 22 %
-(partly waiting), aiohttp's per-HTTP-chunk path 17 %, JSON decoding 13 %, asyncio's loop 9 %,
-message bookkeeping here 9 %, the event-stream parser 5 %. The parser and bookkeeping were
-rewritten for that profile (about 35 % less CPU per event than the line-splitting code before,
-and no per-event objects kept during the window); the rest is per read and per HTTP chunk,
-which only more processes can spread.
+Transport: `benchkit.measure.httpstream` (HTTP/1.1 over non-blocking sockets read with
+`recvmsg`, kernel receive stamps; replaced aiohttp, whose reads could only be stamped when Python
+got to them: the last message of a burst across many streams was late by the whole burst's
+processing time, issue 22). Event loop: uvloop where it is installed (it is in vLLM's and the
+GPU image's environments; measured about 10 % less client CPU per token than asyncio's own loop
+on the 2-core dev machine), else asyncio's; `ClientHeadroom.event_loop` records which. Per
+message the client decodes the JSON (msgspec), appends three integers to flat arrays and, where
+asked, the token ids; with kernel stamps the time Python takes per message no longer moves the
+stamps, only how many streams one process can keep up with (a stream whose next message
+arrives before the previous one was read gets one stamp for both: the kernel merges queued
+packets and keeps the newest stamp).
 """
 
 from __future__ import annotations
