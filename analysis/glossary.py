@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchkit.measure.gpu_window import TELEMETRY_MAX_GAP_MS, TELEMETRY_MAX_GAP_SHARE
+from benchkit.measure.loadclient import STALL_MIN_MS
 from benchkit.measure.metrics import COALESCED_GAP_MS, COALESCED_NOTE_SHARE, STAT_NAMES
-from benchkit.measure.validity import CLIENT_MAX_CORE_SHARE, CLIENT_MAX_LOOP_LAG_P99_MS
+from benchkit.measure.validity import (
+    CLIENT_MAX_CORE_SHARE,
+    CLIENT_MAX_LOOP_LAG_P99_MS,
+    CLIENT_MAX_STALL_MS,
+    CLIENT_MAX_STALLED_SHARE,
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,18 @@ SECTIONS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("drafts, draft tokens, accepted tokens", "the counters' deltas over the window", "drafts, tokens",
               "output", ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens")),
     )),
+    ("Speculative decoding per request (the engine's own per-request figures, completed requests)", (
+        Entry("tau, per-request mean", "mean over requests of 1 + accepted / verify steps (vLLM's "
+                                       "mean_acceptance_length; every request counts once); unknown where the engine "
+                                       "returned no per-request figures", "tokens/step", "output",
+              ("acceptance_length_request_weighted",)),
+        Entry("tau, per verify step", "1 + sum of accepted draft tokens / sum of verify steps over the requests "
+                                      "(every step counts once, as the server's pooled counters count; long "
+                                      "completions weigh more)", "tokens/step", "output",
+              ("acceptance_length_token_weighted",)),
+        Entry("requests with per-request spec figures", "completed measured requests whose answer carried them",
+              "requests", "", ("spec_requests_reported",)),
+    )),
     ("GPU telemetry and efficiency (NVML, the measured window only)", (
         Entry("output tok/s per GPU", "output tokens / window s / GPUs of the run", "tok/s/GPU", "output",
               ("output_tok_s_per_gpu",)),
@@ -121,6 +140,24 @@ SECTIONS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("client event-loop lag", "how late a timer due every 5 ms ran (worst process); p99 above "
                                        f"{CLIENT_MAX_LOOP_LAG_P99_MS:g} ms marks the run client_saturated",
               "ms", "", ("client_loop_lag_p99_ms", "client_loop_lag_max_ms")),
+        Entry("client longest stall", "the longest time a client process ran nothing (its largest event-loop lag "
+                                      f"sample); above {CLIENT_MAX_STALL_MS:g} ms the run is marked client_stalled",
+              "ms", "", ("client_stall_max_ms",)),
+        Entry("client stalled share", f"share of the window a client process spent in stalls of at least "
+                                      f"{STALL_MIN_MS:g} ms (worst process); above {CLIENT_MAX_STALLED_SHARE:.0%} "
+                                      "the run is marked client_stalled", "fraction", "", ("client_stalled_share",)),
+        Entry("client read delay", "how long received bytes waited in the socket before the client read them: "
+                                   "read time minus the kernel's receive stamp, p99 over reads (worst process); the "
+                                   "stamps themselves are the kernel's, so this delay does not move them",
+              "ms", "", ("client_read_delay_p99_ms",)),
+        Entry("reads stamped by the kernel", "share of reads whose messages carry the kernel's receive time "
+                                             "(SO_TIMESTAMPNS); the others are stamped when Python read them",
+              "fraction", "", ("client_kernel_stamped_share",)),
+        Entry("GPU sampler gaps", "the telemetry sampler's longest interval without a reading inside the window "
+                                  "(its edges included), and the share of the window in intervals longer than two "
+                                  f"sampling periods; above {TELEMETRY_MAX_GAP_MS:g} ms or "
+                                  f"{TELEMETRY_MAX_GAP_SHARE:.0%} the run is marked suspect (telemetry_gap)",
+              "ms, fraction", "", ("telemetry_gap_max_ms", "telemetry_gap_share")),
     )),
 )
 

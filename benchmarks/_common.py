@@ -8,8 +8,8 @@
   the CLI changes.
 - `pct(values, q)`: numpy percentile (linear interpolation), None for no values.
 - `ratio`, `fmt`, `print_table`: plain-text tables.
-- `SyntheticFleet`: `tests/synthetic_server.py` in several processes on one port (SO_REUSEPORT),
-  each pinned to a core, recording the ground-truth time of every token write.
+- `SyntheticFleet` (from tests/synthetic_server.py): the synthetic server in several processes on
+  one port (SO_REUSEPORT), each pinned to a core, recording the ground-truth time of every write.
 - `draftboard_errors`, `vllm_errors`: each client's timing against that ground truth.
 - `vllm_available()`: whether `vllm bench serve` can run here (the GPU machine has no vLLM).
 """
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import multiprocessing as mp
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -139,96 +137,10 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-# -- a multi-process synthetic server with ground truth ---------------------------------------
+# -- a multi-process synthetic server with ground truth (tests/synthetic_server.py) ----------
 
-#: prompt text -> one (arrival ns, [write ns of each token message]) per request, arrival order.
-Records = dict[str, list[tuple[int, Sequence[int]]]]
-
-
-def _fleet_child(core: int | None, port: int, config: dict, conn) -> None:
-    """Child process: pin to `core`, serve on `port` (SO_REUSEPORT), answer "collect" / "cpu" /
-    "stop" on `conn`."""
-    if core is not None:
-        os.sched_setaffinity(0, {core})
-    sys.path.insert(0, str(REPO_ROOT))
-    import time
-
-    from tests.synthetic_server import SyntheticConfig, SyntheticServer
-
-    server = SyntheticServer(SyntheticConfig(**config), port=port, reuse_port=True)
-    conn.send(server.start())
-    while True:
-        cmd = conn.recv()
-        if cmd == "collect":
-            records, server.sends = server.sends, {}
-            conn.send(records)
-        elif cmd == "cpu":
-            conn.send(time.process_time())
-        else:
-            break
-    server.stop()
-
-
-class SyntheticFleet:
-    """`len(cores)` synthetic server processes sharing one port, one pinned to each core (None:
-    not pinned), with `record_sends` on and request bodies not kept. Context manager yielding the
-    base URL. `collect()` returns and clears the ground-truth Records of every process;
-    `cpu_s()` is the CPU seconds all of them used so far. Config keys as SyntheticConfig."""
-
-    def __init__(self, cores: Sequence[int | None], **config: Any):
-        self.cores = list(cores)
-        self.config = {"record_sends": True, "keep_requests": False, "model": "synthetic", **config}
-        self._ctx = mp.get_context("spawn")
-        self._procs: list[Any] = []
-        self._conns: list[Any] = []
-
-    def _start(self, core: int | None, port: int) -> str:
-        parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_fleet_child, args=(core, port, self.config, child), daemon=True)
-        proc.start()
-        self._procs.append(proc)
-        self._conns.append(parent)
-        if not parent.poll(60):
-            raise RuntimeError("a synthetic server process did not start within 60 s")
-        return parent.recv()
-
-    def __enter__(self) -> str:
-        url = self._start(self.cores[0], 0)
-        port = int(url.rsplit(":", 1)[1])
-        for core in self.cores[1:]:
-            self._start(core, port)
-        return url
-
-    def collect(self) -> Records:
-        merged: Records = {}
-        for conn in self._conns:
-            conn.send("collect")
-        for conn in self._conns:
-            for prompt, recs in conn.recv().items():
-                merged.setdefault(prompt, []).extend(recs)
-        for recs in merged.values():
-            recs.sort(key=lambda r: r[0])
-        return merged
-
-    def cpu_s(self) -> float:
-        total = 0.0
-        for conn in self._conns:
-            conn.send("cpu")
-        for conn in self._conns:
-            total += conn.recv()
-        return total
-
-    def __exit__(self, *exc: object) -> None:
-        for conn in self._conns:
-            try:
-                conn.send("stop")
-            except (OSError, BrokenPipeError):
-                pass
-        for proc in self._procs:
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
+sys.path.insert(0, str(REPO_ROOT))
+from tests.synthetic_server import Records, SyntheticFleet  # noqa: E402,F401 - re-exported for the scripts
 
 
 def _truth(records: Records, prompt: str) -> tuple[int, Sequence[int]] | None:

@@ -37,6 +37,11 @@ Small scale on a 2-core machine (1 server process, 1 client core; about 1-2 minu
 
     .venv/bin/python benchmarks/client_capacity.py --processes 1,2 --concurrency 32 --seconds 1 \\
         --start-rate 10000 --max-rate 80000 --budget-s 150
+
+draftboard's client stamps each read with the kernel's receive time (issue 22) and asks, as it
+would of vLLM, for token ids instead of usage on every message (`--continuous-usage` asks for
+that too); `--read-stamps 1` adds the same client stamping each read when Python reads it (the
+client before issue 22), measured in the same call.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from _common import (  # noqa: E402
     vllm_errors,
 )
 
+from benchkit.measure.loadclient import ClientOptions  # noqa: E402
 from benchkit.measure.loadgen import run_load_sync  # noqa: E402
 from benchkit.measure.metrics import compute_run_metrics  # noqa: E402
 from benchkit.measure.workloads import Prompt  # noqa: E402
@@ -121,13 +127,16 @@ def summarize(rate: float, gap_ms: float, tok_s: float, completed: int, failed: 
 
 
 def run_draftboard(url: str, fleet: SyntheticFleet, n_proc: int, rate: float, tag: str,
-                   args: argparse.Namespace) -> dict:
+                   args: argparse.Namespace, kernel_stamps: bool = True) -> dict:
     wl, gap_ms = level_workload(args, rate)
     prompts = make_prompts(tag, wl.n_warmup, wl.num_prompts, args.input_len, args.output_len)
     fleet.collect()  # drop anything left over
     cpu0, t0 = fleet.cpu_s(), time.monotonic()
+    # as against vLLM: token ids per message, no usage on every message
+    opts = ClientOptions(return_token_ids=True, continuous_usage=args.continuous_usage, kernel_stamps=kernel_stamps,
+                         keep_outputs=False)
     res = run_load_sync(url, MODEL, wl, prompts=prompts, processes=n_proc, request_timeout_s=120,
-                        extra_body={"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms})
+                        extra_body={"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms}, options=opts)
     server_share = (fleet.cpu_s() - cpu0) / max(time.monotonic() - t0, 1e-9) / len(fleet.cores)
     records = fleet.collect()
     measured = {p.text for p in prompts[wl.n_warmup:]}
@@ -189,17 +198,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="default: cores - max(processes) - 1 (at least 1)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop climbing after this many seconds")
     ap.add_argument("--work-dir", default="")
+    ap.add_argument("--read-stamps", default="",
+                    help="also run draftboard with these process counts (comma list) stamping each read when "
+                         "Python reads it instead of with the kernel's receive time (the client before issue 22)")
+    ap.add_argument("--continuous-usage", action="store_true",
+                    help="ask for usage on every message (stream_options.continuous_usage_stats)")
     args = ap.parse_args(argv)
 
     procs = [int(x) for x in args.processes.split(",") if x.strip()]
     cores = sorted(os.sched_getaffinity(0))
-    n_server = args.server_processes or max(1, len(cores) - max(procs) - 1)
+    n_server = args.server_processes or max(1, len(cores) - max(procs + [0]) - 1)
     server_cores = cores[:n_server] if n_server < len(cores) else [None] * n_server
     client_cores = cores[n_server:] or cores
     os.sched_setaffinity(0, set(client_cores))  # client workers and vllm bench serve inherit this
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="draftboard-capacity-"))
     work.mkdir(parents=True, exist_ok=True)
     clients: list[tuple[str, int | None]] = [(f"draftboard x{p}", p) for p in procs]
+    read_procs = [int(x) for x in args.read_stamps.split(",") if x.strip()]
+    clients += [(f"draftboard x{p} read-stamps", p) for p in read_procs]
     tokenizer = None
     if args.vllm == "auto":
         if vllm_available():
@@ -237,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                         if n_proc is None:
                             row = run_vllm(url, fleet, rate, tag, args, tokenizer, work)
                         else:
-                            row = run_draftboard(url, fleet, n_proc, rate, tag, args)
+                            row = run_draftboard(url, fleet, n_proc, rate, tag, args,
+                                                 kernel_stamps=not name.endswith("read-stamps"))
                     except Exception as exc:  # a client that cannot run: say so, go on with the next
                         stops[name] = f"could not run: {type(exc).__name__}: {str(exc)[-300:]}"
                         break

@@ -24,6 +24,14 @@ order (0-based count of generation requests): `http_500`, `hang` (no answer for 
 mid-stream), `truncate` (`early_eos_tokens` tokens, then a clean end of the stream without a
 finish reason, usage message or [DONE]).
 
+Token ids: with `return_token_ids: true` in the body every streamed choice carries `token_ids`
+(the code points of its text), as vLLM's does. Per-request spec-decode metrics (`spec_metrics`,
+with `spec_k` > 0): the final usage-only chunk carries vLLM's `metrics.speculative_decoding`
+(`--per-request-spec-decode-metrics summary`), counted like the counters (every message after
+the first is one verify step). Lossy outputs (`diverge_after` p, `diverge_share` s): for a
+deterministic share s of prompts (by a hash of the prompt text) every output token from
+position p on is upper-case, so their outputs differ from a lossless run's from token p.
+
 Ground truth (`record_sends`): for every generation request the server keeps, under its prompt
 text, the `time.perf_counter_ns()` of its arrival and of each token-carrying write (`sends`). On
 Linux that clock is CLOCK_MONOTONIC, shared by every process of the host, so a client's own
@@ -49,7 +57,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
+import multiprocessing as mp
 import os
 import signal
 import socket
@@ -98,6 +108,16 @@ class SyntheticConfig:
     restart_at: int | None = None
     record_sends: bool = False
     keep_requests: bool = True
+    spec_metrics: bool = False
+    diverge_after: int | None = None
+    diverge_share: float = 0.0
+
+    def diverges(self, prompt: str) -> bool:
+        """Whether this prompt's output diverges (`diverge_after`, `diverge_share`)."""
+        if self.diverge_after is None or self.diverge_share <= 0:
+            return False
+        h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=4).digest(), "little")
+        return h % 10_000 < self.diverge_share * 10_000
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.failures.items() if v not in FAILURE_MODES}
@@ -269,12 +289,16 @@ class SyntheticServer:
         final_usage = cfg.usage != "none" and bool(opts.get("include_usage"))
         cont_usage = cfg.usage == "continuous" and final_usage and bool(opts.get("continuous_usage_stats"))
 
+        want_ids = bool(body.get("return_token_ids"))
+        key_text = str(body.get("prompt") if not chat else (body.get("messages") or [{}])[-1].get("content", ""))
+        diverge_at = cfg.diverge_after if cfg.diverges(key_text) else None
+        steps = accepted = 0
+        hist = [0] * (cfg.spec_k + 1)
         ttft_ms = float(body.get("synthetic_ttft_ms", cfg.ttft_ms))
         gap_ms = float(body.get("synthetic_gap_ms", cfg.gap_ms))
         stamps = array("q")
         if cfg.record_sends:
-            key = body.get("prompt") if not chat else (body.get("messages") or [{}])[-1].get("content", "")
-            self.sends.setdefault(str(key), []).append((arrival_ns, stamps))
+            self.sends.setdefault(key_text, []).append((arrival_ns, stamps))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -285,6 +309,8 @@ class SyntheticServer:
                 choice = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": text, "finish_reason": finish}
+            if want_ids:
+                choice["token_ids"] = [ord(c) for c in text]
             msg = {"id": f"cmpl-{ordinal}", "object": obj, "model": cfg.model, "choices": [choice]}
             if cont_usage:
                 msg["usage"] = {
@@ -310,13 +336,17 @@ class SyntheticServer:
             due = t0 + (ttft_ms + j * gap_ms) / 1000.0
             await asyncio.sleep(max(0.0, due - loop.time()))
             reasoning = chat and sent < cfg.reasoning_tokens
-            text = "".join(letters[(sent + i) % 26] for i in range(k))
+            text = "".join(letters[(sent + i) % 26] if diverge_at is None or sent + i < diverge_at
+                           else letters[(sent + i) % 26].upper() for i in range(k))
             sent += k
             finish = ("stop" if mode == "early_eos" else "length") if sent == n_out and mode != "truncate" else None
             data = _sse(chunk(text, reasoning, sent, finish))
             stamps.append(time.perf_counter_ns())
             await resp.write(data)
             if cfg.spec_k and j > 0:
+                steps += 1
+                accepted += min(k - 1, cfg.spec_k)
+                hist[min(k - 1, cfg.spec_k)] += 1
                 self.spec_counters["drafts"] += 1
                 self.spec_counters["draft_tokens"] += cfg.spec_k
                 self.spec_counters["accepted"] += k - 1
@@ -331,24 +361,110 @@ class SyntheticServer:
             await resp.write_eof()
             return resp
         if final_usage:
-            await resp.write(
-                _sse(
-                    {
-                        "id": f"cmpl-{ordinal}",
-                        "object": obj,
-                        "model": cfg.model,
-                        "choices": [],
-                        "usage": {
-                            "prompt_tokens": prompt_tokens,
-                            "completion_tokens": sent,
-                            "total_tokens": prompt_tokens + sent,
-                        },
-                    }
-                )
-            )
+            last = {
+                "id": f"cmpl-{ordinal}",
+                "object": obj,
+                "model": cfg.model,
+                "choices": [],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
+                          "total_tokens": prompt_tokens + sent},
+            }
+            if cfg.spec_metrics and cfg.spec_k and steps:
+                last["metrics"] = {"speculative_decoding": {
+                    "mean_acceptance_length": 1 + accepted / steps,
+                    "draft_acceptance_rate": accepted / (steps * cfg.spec_k),
+                    "acceptance_histogram": hist, "num_spec_steps": steps, "num_accepted_draft_tokens": accepted,
+                    "num_draft_tokens": steps * cfg.spec_k, "num_spec_tokens": cfg.spec_k}}
+            await resp.write(_sse(last))
         await resp.write(_sse("[DONE]"))
         await resp.write_eof()
         return resp
+
+
+#: prompt text -> one (arrival ns, [write ns of each token message]) per request, arrival order.
+Records = dict[str, list[tuple[int, array]]]
+
+
+def _fleet_child(core: int | None, port: int, config: dict, conn) -> None:
+    """Child process: pin to `core`, serve on `port` (SO_REUSEPORT), answer "collect" / "cpu" /
+    "stop" on `conn`."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    server = SyntheticServer(SyntheticConfig(**config), port=port, reuse_port=True)
+    conn.send(server.start())
+    while True:
+        cmd = conn.recv()
+        if cmd == "collect":
+            records, server.sends = server.sends, {}
+            conn.send(records)
+        elif cmd == "cpu":
+            conn.send(time.process_time())
+        else:
+            break
+    server.stop()
+
+
+class SyntheticFleet:
+    """`len(cores)` synthetic server processes sharing one port, one pinned to each core (None:
+    not pinned), with `record_sends` on and request bodies not kept: a server whose timing does
+    not share the client's process (GIL, event loop). Context manager yielding the base URL.
+    `collect()` returns and clears the ground-truth Records of every process; `cpu_s()` is the
+    CPU seconds all of them used so far. Config keys as SyntheticConfig."""
+
+    def __init__(self, cores: list[int | None], **config: object):
+        self.cores = list(cores)
+        self.config = {"record_sends": True, "keep_requests": False, "model": "synthetic", **config}
+        self._ctx = mp.get_context("spawn")
+        self._procs: list = []
+        self._conns: list = []
+
+    def _start(self, core: int | None, port: int) -> str:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_fleet_child, args=(core, port, self.config, child), daemon=True)
+        proc.start()
+        self._procs.append(proc)
+        self._conns.append(parent)
+        if not parent.poll(60):
+            raise RuntimeError("a synthetic server process did not start within 60 s")
+        return parent.recv()
+
+    def __enter__(self) -> str:
+        url = self._start(self.cores[0], 0)
+        port = int(url.rsplit(":", 1)[1])
+        for core in self.cores[1:]:
+            self._start(core, port)
+        return url
+
+    def collect(self) -> Records:
+        merged: Records = {}
+        for conn in self._conns:
+            conn.send("collect")
+        for conn in self._conns:
+            for prompt, recs in conn.recv().items():
+                merged.setdefault(prompt, []).extend(recs)
+        for recs in merged.values():
+            recs.sort(key=lambda r: r[0])
+        return merged
+
+    def cpu_s(self) -> float:
+        total = 0.0
+        for conn in self._conns:
+            conn.send("cpu")
+        for conn in self._conns:
+            total += conn.recv()
+        return total
+
+    def __exit__(self, *exc: object) -> None:
+        for conn in self._conns:
+            try:
+                conn.send("stop")
+            except (OSError, BrokenPipeError):
+                pass
+        for proc in self._procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from benchkit.measure import loadgen
 from benchkit.measure import loadworkers as loadgen_workers
+from benchkit.measure.loadclient import ClientOptions
 from benchkit.measure.loadgen import arrival_offsets_s, run_load_sync
 from benchkit.measure.logs import decode_logs, encode_logs
 from benchkit.measure.metrics import compute_run_metrics, request_metrics
@@ -29,7 +30,7 @@ def test_closed_loop_exact_counts_and_timings():
     wl = WorkloadSpec(num_prompts=6, concurrency=2, output_len=12, temperature=0.5, seed=7)
     server = SyntheticServer(cfg)
     with server as url:
-        res = run_load_sync(url, "synthetic", wl, prompts=prompts(8))
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(8), options=ClientOptions(continuous_usage=True))
     assert [log.warmup for log in res.logs] == [True, True] + [False] * 6
     measured = res.logs[2:]
     assert res.window_start_ns == min(log.send_ns for log in measured)
@@ -70,7 +71,8 @@ def test_failures_are_recorded_not_raised():
     )
     wl = WorkloadSpec(num_prompts=8, concurrency=1, output_len=10)
     with SyntheticServer(cfg) as url:
-        res = run_load_sync(url, "synthetic", wl, prompts=prompts(9, 10), request_timeout_s=1.0)
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(9, 10), request_timeout_s=1.0,
+                            options=ClientOptions(return_token_ids=True))
     by_index = {log.index: log for log in res.logs}
     assert by_index[2].error.startswith("http 500")
     assert by_index[3].error == "timeout after 1.0 s"
@@ -113,7 +115,8 @@ def test_chat_reasoning_tokens_count(field):
     wl = WorkloadSpec(num_prompts=2, concurrency=1, output_len=12)
     server = SyntheticServer(cfg)
     with server as url:
-        res = run_load_sync(url, "synthetic", wl, prompts=prompts(3), api="chat")
+        res = run_load_sync(url, "synthetic", wl, prompts=prompts(3), api="chat",
+                            options=ClientOptions(return_token_ids=True))
     assert all(path == "/v1/chat/completions" for path, _ in server.requests)
     assert server.requests[0][1]["messages"] == [{"role": "user", "content": prompts(1)[0].text}]
     for log in res.logs[1:]:
@@ -190,6 +193,8 @@ def test_bad_arguments():
     wl = WorkloadSpec(num_prompts=4, concurrency=2)
     with pytest.raises(ValueError, match="6 \\(2 warmup \\+ 4 measured"):
         run_load_sync("http://127.0.0.1:9", "m", wl, prompts=prompts(5))
+    with pytest.raises(ValueError, match="plain http only"):
+        run_load_sync("https://127.0.0.1:9", "m", wl, prompts=prompts(6))
     with pytest.raises(ValueError, match="api must be one of"):
         run_load_sync("http://127.0.0.1:9", "m", wl, prompts=prompts(6), api="responses")
 
@@ -199,7 +204,8 @@ def test_unreachable_server_fails_every_request():
     with SyntheticServer() as url:
         pass  # started and stopped: the port is now closed
     res = run_load_sync(url, "m", wl, prompts=prompts(3), request_timeout_s=5.0)
-    assert all(not log.ok and log.error.startswith("transport: ClientConnectorError") for log in res.logs)
+    assert all(not log.ok and log.error.startswith("transport: ConnectionRefusedError") and "connecting to" in log.error
+               for log in res.logs)
     m = compute_run_metrics(res.logs, res.window_start_ns, res.window_end_ns)
     assert (m.completed, m.failed) == (0, 2)
 
@@ -256,7 +262,8 @@ def test_several_processes_measure_like_one():
 
     with server as url:
         res = run_load_sync(url, "synthetic", wl, prompts=prompts(12), processes=3,
-                            progress=lambda d, t: calls.append((d, t)), on_window_start=on_window_start)
+                            progress=lambda d, t: calls.append((d, t)), on_window_start=on_window_start,
+                            options=ClientOptions(continuous_usage=True))
     assert calls == [("window", 3)] + [(i, 9) for i in range(1, 10)]
     assert [log.index for log in res.logs] == list(range(12))
     assert [log.warmup for log in res.logs] == [True] * 3 + [False] * 9

@@ -183,11 +183,11 @@ def test_every_code_has_a_text():
     logs = [make_log(i, ok=i > 0, n=4, prompt_tokens=200) for i in range(4)]
     v = check_run(logs, window(logs), True, server_ready=False, teardown_clean=False, gpus_idle_before=False,
                   gpus_freed_after=False, suspect_messages=["x"], counter_error=CounterResetError("restart"),
-                  client={"max_core_share": 1.0, "loop_lag_p99_ms": 1.0, "processes": 1})
+                  client={"max_core_share": 1.0, "loop_lag_p99_ms": 1.0, "processes": 1, "stall_max_ms": 3000.0})
     v += [x for x in check_run(logs, window(logs), True, counter_error=AcceptanceBoundsError("tau 9"))
           if x.code == "acceptance_out_of_bounds"]
     assert set(codes(v)) == set(REASON_CODES)
-    marks = {"suspect", "counters_restarted", "acceptance_out_of_bounds", "client_saturated"}
+    marks = {"suspect", "counters_restarted", "acceptance_out_of_bounds", "client_saturated", "client_stalled"}
     assert [x.code for x in failures(v)] == [c for c in REASON_CODES if c not in marks]
 
 

@@ -244,6 +244,22 @@ class TelemetryStream:
         return stream
 
 
+def sampler_gaps(stream: TelemetryStream, window_start_ns: int, window_end_ns: int) -> tuple[float, float] | None:
+    """The sampler's own gaps inside [window_start_ns, window_end_ns]: (longest interval without a
+    reading in ms, the window's edges counted as readings; share 0..1 of the window spent in
+    intervals longer than two sampling periods, counting each such interval's excess over one
+    period). None for an empty window or a stream without readings: unknown, not 0."""
+    span = window_end_ns - window_start_ns
+    if span <= 0 or not stream.t_ns:
+        return None
+    ticks = stream.ticks_between(window_start_ns, window_end_ns)
+    times = [window_start_ns, *(stream.t_ns[i] for i in ticks), window_end_ns]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    period = 1e9 / stream.hz if stream.hz > 0 else 0.0
+    excess = sum(g - period for g in gaps if period and g > 2 * period)
+    return max(gaps) / 1e6, min(1.0, excess / span)
+
+
 def _deltas(col: list[int | None]) -> list[int | None]:
     out: list[int | None] = []
     prev = 0

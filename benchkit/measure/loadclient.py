@@ -3,11 +3,13 @@ records, and how busy the process itself was (used by `benchkit.measure.loadgen`
 process and by each `benchkit.measure.loadworkers` worker).
 
 Each request is `POST /v1/completions` (or `/v1/chat/completions` with `api="chat"`) with
-`stream: true`, `stream_options: {"include_usage": true, "continuous_usage_stats": true}`,
-`max_tokens = output_len`, `ignore_eos` (a vLLM/SGLang extra parameter), `temperature` and
-`seed`. The response is an event stream (`benchkit.measure.sse`: WHATWG framing, CRLF/LF/CR,
-comments, multi-line data, BOM; bytes decoded once an event is complete). Each event is stamped
-with the time of the read that completed it (`time.perf_counter_ns`). For every message the
+`stream: true`, `stream_options: {"include_usage": true}` (plus `continuous_usage_stats` and
+`return_token_ids` as `ClientOptions` say), `max_tokens = output_len`, `ignore_eos` (a
+vLLM/SGLang extra parameter), `temperature` and `seed`. The response is an event stream
+(`benchkit.measure.sse`: WHATWG framing, CRLF/LF/CR, comments, multi-line data, BOM; bytes
+decoded once an event is complete) read by `benchkit.measure.httpstream`, which stamps each read
+with the kernel's receive time of its bytes (mapped onto `time.perf_counter_ns`); every event
+completed by a read carries that read's stamp. For every message the
 client records the output tokens it carried:
 
 - from the server's cumulative `usage.completion_tokens` (delta to the previous message) when
@@ -41,17 +43,17 @@ fire every `LAG_INTERVAL_S` actually ran) with `HeadroomSampler`; `ClientHeadroo
 them (`LoadResult.client`) and `benchkit.measure.validity` marks a saturated client's run
 suspect (`client_saturated`).
 
-Transport: aiohttp (its streaming path costs less CPU per message than httpx's: on one core the
-httpx version sustained about 0.43x the tokens/s of `vllm bench serve`'s client). Event loop:
-uvloop where it is installed (it is in vLLM's and the GPU image's environments; measured about
-10 % less client CPU per token than asyncio's own loop on the 2-core dev machine), else asyncio's;
-`ClientHeadroom.event_loop` records which. Where one client process spends its time (py-spy,
-asyncio loop, 16 streams at 40k tok/s from the synthetic server): socket reads 25 %, epoll 22 %
-(partly waiting), aiohttp's per-HTTP-chunk path 17 %, JSON decoding 13 %, asyncio's loop 9 %,
-message bookkeeping here 9 %, the event-stream parser 5 %. The parser and bookkeeping were
-rewritten for that profile (about 35 % less CPU per event than the line-splitting code before,
-and no per-event objects kept during the window); the rest is per read and per HTTP chunk,
-which only more processes can spread.
+Transport: `benchkit.measure.httpstream` (HTTP/1.1 over non-blocking sockets read with
+`recvmsg`, kernel receive stamps; replaced aiohttp, whose reads could only be stamped when Python
+got to them: the last message of a burst across many streams was late by the whole burst's
+processing time, issue 22). Event loop: uvloop where it is installed (it is in vLLM's and the
+GPU image's environments; measured about 10 % less client CPU per token than asyncio's own loop
+on the 2-core dev machine), else asyncio's; `ClientHeadroom.event_loop` records which. Per
+message the client decodes the JSON (msgspec), appends three integers to flat arrays and, where
+asked, the token ids; with kernel stamps the time Python takes per message no longer moves the
+stamps, only how many streams one process can keep up with (a stream whose next message
+arrives before the previous one was read gets one stamp for both: the kernel merges queued
+packets and keeps the newest stamp).
 """
 
 from __future__ import annotations
@@ -64,11 +66,15 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import aiohttp
+import msgspec
 import numpy as np
 
+from benchkit.measure.httpstream import ConnectionPool, HttpError, Sink
 from benchkit.measure.logs import KINDS, MessageEvent, RequestLog
+from benchkit.measure.outputs import FULL_REQUESTS, OutputRecord, digest_output
+from benchkit.measure.specrequests import parse_spec_details
 from benchkit.measure.sse import SSEError, SSEParser
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import WorkloadSpec
@@ -82,7 +88,10 @@ LAG_INTERVAL_S = 0.005
 #: Bytes of a response body kept for the failure message when no event arrived.
 _HEAD_BYTES = 4096
 
-_json_decode = json.JSONDecoder().decode
+_json_decode = msgspec.json.decode
+_json_encode = msgspec.json.encode
+#: Bytes of a non-event-stream body (an error answer) kept for the failure message.
+_KEEP_BODY_BYTES = 64 * 1024
 _DONE = "[DONE]"
 _REASONING, _CONTENT, _USAGE = (KINDS.index(k) for k in ("reasoning", "content", "usage"))
 
@@ -98,6 +107,13 @@ class ProcessHeadroom:
     `lag_samples` samples; None without samples. The floor on an idle loop is about 0.1-0.3 ms
     (the selector's timeout granularity). `gc_pauses` / `gc_pause_max_ms`: garbage-collector
     passes in the window and the longest (ms); every one stalls the loop.
+    `stall_max_ms`: the longest time the event loop ran nothing (the largest lag sample, ms; a
+    SIGSTOP, a swapped-out or descheduled process, a long GC pass); `stalled_share`: the share
+    of the window spent in stalls of at least STALL_MIN_MS (0..1); `stalls`: how many.
+    `kernel_reads` / `fallback_reads`: reads stamped by the kernel / when Python read them
+    (`benchkit.measure.httpstream`); `read_delay_p99_ms` / `read_delay_max_ms`: how long the
+    bytes of a kernel-stamped read waited before Python read them (ms; None without such reads);
+    `clock_steps`: wall-clock steps seen while mapping kernel stamps.
     """
 
     cpu_s: float
@@ -109,6 +125,19 @@ class ProcessHeadroom:
     lag_samples: int
     gc_pauses: int = 0
     gc_pause_max_ms: float | None = None
+    stall_max_ms: float | None = None
+    stalled_share: float | None = None
+    stalls: int = 0
+    kernel_reads: int = 0
+    fallback_reads: int = 0
+    read_delay_p99_ms: float | None = None
+    read_delay_max_ms: float | None = None
+    clock_steps: int = 0
+
+
+def _worst(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 @dataclass
@@ -120,6 +149,10 @@ class ClientHeadroom:
     more than one core). `loop_lag_p99_ms` / `loop_lag_max_ms`: the worst process's p99 and
     maximum event-loop lag (ms), None without samples. `per_process`: each process's figures.
     `event_loop`: "uvloop" or "asyncio" (what `new_event_loop` gives here).
+    `stall_max_ms`, `stalled_share`: the worst process's longest stall (ms) and stalled share of
+    its window (0..1); `read_delay_p99_ms`: the worst process's p99 wait of bytes in the socket
+    (ms); `kernel_stamped_share`: share of reads stamped by the kernel (0..1, None without
+    reads); `stamps`: "kernel", "read" or "mixed" (ProcessHeadroom has the counts).
     """
 
     processes: int
@@ -129,20 +162,30 @@ class ClientHeadroom:
     loop_lag_max_ms: float | None
     per_process: list[ProcessHeadroom] = field(default_factory=list)
     event_loop: str = ""
+    stall_max_ms: float | None = None
+    stalled_share: float | None = None
+    read_delay_p99_ms: float | None = None
+    kernel_stamped_share: float | None = None
+    stamps: str = ""
 
     @classmethod
     def merge(cls, parts: list[ProcessHeadroom]) -> ClientHeadroom:
-        """Combine per-process figures (sum of CPU, worst share, worst lag)."""
-        p99 = [p.loop_lag_p99_ms for p in parts if p.loop_lag_p99_ms is not None]
-        mx = [p.loop_lag_max_ms for p in parts if p.loop_lag_max_ms is not None]
+        """Combine per-process figures (sum of CPU, worst share, worst lag, worst stall)."""
+        kernel = sum(p.kernel_reads for p in parts)
+        reads = kernel + sum(p.fallback_reads for p in parts)
         return cls(
             processes=len(parts),
             cpu_s=sum(p.cpu_s for p in parts),
             max_core_share=max((p.core_share for p in parts), default=0.0),
-            loop_lag_p99_ms=max(p99) if p99 else None,
-            loop_lag_max_ms=max(mx) if mx else None,
+            loop_lag_p99_ms=_worst([p.loop_lag_p99_ms for p in parts]),
+            loop_lag_max_ms=_worst([p.loop_lag_max_ms for p in parts]),
             per_process=list(parts),
             event_loop=event_loop_name(),
+            stall_max_ms=_worst([p.stall_max_ms for p in parts]),
+            stalled_share=_worst([p.stalled_share for p in parts]),
+            read_delay_p99_ms=_worst([p.read_delay_p99_ms for p in parts]),
+            kernel_stamped_share=kernel / reads if reads else None,
+            stamps=("kernel" if kernel == reads else "read" if not kernel else "mixed") if reads else "",
         )
 
 
@@ -160,18 +203,56 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str, extra_body: dict | None = None) -> dict:
-    """The JSON body of one streaming request for `api` ("completions" or "chat"); `extra_body`
-    keys are added last (they win), as `vllm bench serve --extra-body` does."""
+@dataclass(frozen=True)
+class ClientOptions:
+    """What the client asks of the server and how it times the answer; per engine build, recorded
+    with the run (`asdict`). The engine registry says what each engine supports; the client never
+    reads engine names.
+
+    `continuous_usage`: ask for the cumulative `usage` on every message
+    (`stream_options.continuous_usage_stats`; more server work per message); without it the
+    client counts each message's tokens from its `token_ids` where the server returns them, else
+    one per non-empty message (flagged `tokens_from_text`), and the final usage message still
+    gives n. `return_token_ids`: ask for the output's token ids (`return_token_ids: true`, vLLM):
+    exact tokens per message and the ids kept for the lossless check. `spec_tokens_details`: ask
+    for per-request speculative-decoding details in the body (SGLang `return_spec_tokens_details`;
+    vLLM sends `metrics.speculative_decoding` when its server was started with
+    `--per-request-spec-decode-metrics`, nothing to ask here). `kernel_stamps`: stamp each read
+    with the kernel's receive time (`benchkit.measure.httpstream`); False stamps it when Python
+    read it (the old way; for comparisons). `keep_outputs`: keep each measured request's output
+    digest (`benchkit.measure.outputs`), the first `full_outputs` prompts in full.
+    """
+
+    continuous_usage: bool = False
+    return_token_ids: bool = False
+    spec_tokens_details: bool = False
+    kernel_stamps: bool = True
+    keep_outputs: bool = True
+    full_outputs: int = FULL_REQUESTS
+
+
+def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str, extra_body: dict | None = None,
+               options: ClientOptions | None = None) -> dict:
+    """The JSON body of one streaming request for `api` ("completions" or "chat"); `options` as
+    ClientOptions (default: ClientOptions()); `extra_body` keys are added last (they win), as
+    `vllm bench serve --extra-body` does."""
+    opts = options or ClientOptions()
+    stream_options: dict = {"include_usage": True}
+    if opts.continuous_usage:
+        stream_options["continuous_usage_stats"] = True
     body: dict = {
         "model": model,
         "max_tokens": prompt.output_len,
         "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "stream_options": stream_options,
         "ignore_eos": workload.ignore_eos,
         "temperature": workload.temperature,
         "seed": workload.seed,
     }
+    if opts.return_token_ids:
+        body["return_token_ids"] = True
+    if opts.spec_tokens_details:
+        body["return_spec_tokens_details"] = True
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt.text}]
     else:
@@ -215,26 +296,91 @@ def _body_failure(raw: bytes, status: int, content_type: str) -> str:
     return f"bad_stream: HTTP {status} {content_type or 'no content type'} body is not an event stream: {text[:200]!r}"
 
 
-class RequestStream:
-    """Turns the events of one response into message records and says when the stream is done.
+class RequestStream(Sink):
+    """Turns the answer of one request into message records and says when the stream is done.
 
-    During the run the records are kept in flat arrays (`t_ns`, `tokens`, `kinds`), not as
-    MessageEvent objects: a million long-lived objects make the garbage collector's full passes
-    take tens of ms, which would stall the event loop and delay time stamps. `materialize()`
-    builds `log.events` once the phase is over.
+    It is the `benchkit.measure.httpstream.Sink` of its request: the connection hands it the
+    response head and each piece of the body with the stamp of the read that brought it; it
+    parses the event stream and records every message. During the run the records are kept in
+    flat arrays (`t_ns`, `tokens`, `kinds`), not as MessageEvent objects: a million long-lived
+    objects make the garbage collector's full passes take tens of ms, which would stall the event
+    loop. `materialize()` builds `log.events` once the phase is over. `ids` / `text` collect the
+    output (token ids where every token-carrying message had them, else text) for the output
+    digest; `output` is that digest (`benchkit.measure.outputs.OutputRecord`) once the request
+    ended, and the buffers are dropped.
     """
 
-    __slots__ = ("log", "cum", "finished", "events_seen", "t_ns", "tokens", "kinds")
+    __slots__ = ("log", "cum", "finished", "events_seen", "t_ns", "tokens", "kinds", "parser", "status",
+                 "content_type", "raw", "head_bytes", "error", "ids", "text", "ids_complete", "output")
 
     def __init__(self, log: RequestLog):
         self.log = log
-        self.cum = 0  # last cumulative completion_tokens seen
+        self.cum = 0  # output tokens counted so far (last cumulative completion_tokens seen)
         self.finished = False  # a finish reason, the final usage message or [DONE] arrived
         self.events_seen = 0
         self.t_ns = array("q")
         self.tokens = array("q")
         self.kinds = bytearray()
+        self.parser = SSEParser()
+        self.status = 0
+        self.content_type = ""
+        self.raw: bytearray | None = None  # the body of an answer that is not an event stream
+        self.head_bytes = b""
+        self.error = ""
+        self.ids = array("i")
+        self.text: list[str] = []
+        self.ids_complete = True  # every token-carrying message had token_ids
+        self.output: OutputRecord | None = None
 
+    # -- Sink ---------------------------------------------------------------------------------
+    def head(self, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+        self.content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if status // 100 != 2 or self.content_type == "application/json":
+            self.raw = bytearray()
+
+    def data(self, piece: bytes, t_ns: int) -> bool:
+        raw = self.raw
+        if raw is not None:
+            if len(raw) < _KEEP_BODY_BYTES:
+                raw += piece[: _KEEP_BODY_BYTES - len(raw)]
+            return False
+        parser = self.parser
+        events = parser.feed(piece)
+        if not parser.events_dispatched and len(self.head_bytes) < _HEAD_BYTES:
+            self.head_bytes += piece[: _HEAD_BYTES - len(self.head_bytes)]
+        for event_type, data in events:
+            err = self.on_event(event_type, data, t_ns)
+            if err is not None:
+                if err is not _DONE:
+                    self.error = err
+                else:
+                    self.finished = True
+                return True
+        return False
+
+    def end(self) -> None:
+        pass
+
+    def conclude(self) -> None:
+        """After the answer: record its failure, if any, in the log."""
+        log = self.log
+        if self.raw is not None:
+            text = bytes(self.raw)
+            if self.status // 100 != 2:
+                log.ok, log.error = False, f"http {self.status}: {text.decode('utf-8', 'replace')[:300]}"
+            else:
+                log.ok, log.error = False, _body_failure(text, self.status, self.content_type)
+        elif self.error:
+            log.ok, log.error = False, self.error
+        elif not self.finished:
+            log.ok = False
+            if self.events_seen:
+                log.error = self.truncated()
+            else:
+                log.error = _body_failure(self.head_bytes, self.status, self.content_type)
+
+    # -- messages -------------------------------------------------------------------------------
     def on_event(self, event_type: str, data: str, t_ns: int) -> str | None:
         """Record one event; returns _DONE after [DONE], an error string, or None."""
         self.events_seen += 1
@@ -243,10 +389,13 @@ class RequestStream:
             return _DONE
         try:
             msg = _json_decode(data)
-        except ValueError:
-            if event_type == "error":
-                return f"stream error: {data[:300]}"
-            return f"bad_stream: event data is not JSON: {data[:200]!r}"
+        except msgspec.DecodeError:
+            try:  # what msgspec refuses but Python's json reads (NaN, Infinity)
+                msg = json.loads(data)
+            except ValueError:
+                if event_type == "error":
+                    return f"stream error: {data[:300]}"
+                return f"bad_stream: event data is not JSON: {data[:200]!r}"
         if event_type == "error":
             return f"stream error: {_error_text(msg)}"
         if type(msg) is not dict:
@@ -261,6 +410,8 @@ class RequestStream:
         usage = msg.get("usage")
         if type(usage) is not dict:
             usage = None
+        if "metrics" in msg or "sglext" in msg or "meta_info" in msg:
+            self._spec(msg)
         if not choices:
             if "error" in msg or msg.get("object") == "error":
                 return f"stream error: {_error_text(msg)}"
@@ -279,20 +430,39 @@ class RequestStream:
         else:
             reasoning, content = "", choice.get("text") or ""
         kind = _REASONING if reasoning and not content else _CONTENT
+        ids = choice.get("token_ids")
+        if type(ids) is not list:
+            ids = delta.get("token_ids") if type(delta) is dict else None
         completion = usage.get("completion_tokens") if usage is not None else None
         if type(completion) is int:
             tokens = completion - self.cum
             self.cum = completion
             self._final_usage(usage)
-        elif isinstance(choice.get("token_ids"), list):
-            tokens = len(choice["token_ids"])
+        elif type(ids) is list:
+            tokens = len(ids)
             self.cum += tokens
         else:
             tokens = 1 if (reasoning or content) else 0
             self.cum += tokens
-            self.log.tokens_from_text = True
+            if tokens:
+                self.log.tokens_from_text = True
+        if type(ids) is list:
+            self.ids.extend(ids)
+        elif tokens:
+            self.ids_complete = False
+        if reasoning:
+            self.text.append(reasoning)
+        if content:
+            self.text.append(content)
         self._record(t_ns, tokens, kind)
         return None
+
+    def _spec(self, msg: dict) -> None:
+        details = parse_spec_details(msg)
+        if details is not None:
+            log = self.log
+            log.spec_steps, log.spec_draft_tokens = details.steps, details.draft_tokens
+            log.spec_accepted_tokens, log.spec_histogram = details.accepted_tokens, details.histogram
 
     def _record(self, t_ns: int, tokens: int, kind: int) -> None:
         self.t_ns.append(t_ns)
@@ -313,6 +483,17 @@ class RequestStream:
             "events without a finish reason, a final usage message or [DONE]"
         )
 
+    def digest(self, prompt_text: str, keep_full: bool) -> None:
+        """Keep the output digest of a measured request (ids where every token-carrying message had
+        them, else text; nothing for a failed request) and drop the buffers."""
+        if self.log.ok:
+            ids = self.ids if (self.ids and self.ids_complete) else None
+            text = "".join(self.text) if ids is None else None
+            self.output = digest_output(self.log.index, prompt_text, ids, text, keep_full)
+        else:
+            self.output = digest_output(self.log.index, prompt_text, None, None, False)
+        self.ids, self.text = array("i"), []
+
     def materialize(self) -> RequestLog:
         """Write the recorded messages into `log.events` (once, after the phase) and return the log."""
         self.log.events = [MessageEvent(t, n, KINDS[k]) for t, n, k in zip(self.t_ns, self.tokens, self.kinds,
@@ -320,69 +501,53 @@ class RequestStream:
         return self.log
 
 
-async def send_request(
-    session: aiohttp.ClientSession, url: str, body: dict, stream: RequestStream, timeout_s: float
-) -> None:
+async def send_request(pool: ConnectionPool, path: str, body: dict, stream: RequestStream, timeout_s: float) -> None:
     """Send one request and fill `stream` (and its log); never raises (except cancellation)."""
     log = stream.log
-    perf_ns = time.perf_counter_ns
-    log.send_ns = perf_ns()
+    payload = _json_encode(body)
+    log.send_ns = time.perf_counter_ns()
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(url, json=body) as resp:
-                if resp.status // 100 != 2:
-                    text = (await resp.read()).decode("utf-8", "replace")
-                    log.ok, log.error = False, f"http {resp.status}: {text[:300]}"
-                    return
-                if resp.content_type == "application/json":
-                    log.ok, log.error = False, _body_failure(await resp.read(), resp.status, resp.content_type)
-                    return
-                parser = SSEParser()
-                head = b""
-                async for chunk in resp.content.iter_any():
-                    t_ns = perf_ns()
-                    events = parser.feed(chunk)
-                    if not parser.events_dispatched and len(head) < _HEAD_BYTES:
-                        head += chunk[: _HEAD_BYTES - len(head)]
-                    for event_type, data in events:
-                        err = stream.on_event(event_type, data, t_ns)
-                        if err is not None:
-                            if err is not _DONE:
-                                log.ok, log.error = False, err
-                            return
-                if not stream.finished:
-                    log.ok = False
-                    if stream.events_seen:
-                        log.error = stream.truncated()
-                    else:
-                        log.error = _body_failure(head, resp.status, resp.content_type)
+            await pool.post(path, payload, stream, lambda: log.send_ns)
+        stream.conclude()
     except SSEError as exc:
         log.ok, log.error = False, f"bad_stream: {exc}"
     except TimeoutError:
         log.ok, log.error = False, f"timeout after {timeout_s} s"
-    except aiohttp.ClientError as exc:
-        log.ok, log.error = False, f"transport: {type(exc).__name__}: {exc}"[:400]
+    except HttpError as exc:
+        log.ok, log.error = False, f"transport: {exc}"[:400]
+    except OSError as exc:
+        log.ok, log.error = False, (f"transport: {type(exc).__name__}: {exc} (connecting to "
+                                    f"{pool.host}:{pool.port})")[:400]
     finally:
-        log.end_ns = perf_ns()
+        log.end_ns = time.perf_counter_ns()
+
+
+#: A lag sample at least this long (ms) is a stall: the process ran nothing for that long (stopped,
+#: swapped out, descheduled, a long GC pass). Ten probe intervals: far above scheduler ticks.
+STALL_MIN_MS = 50.0
 
 
 class HeadroomSampler:
-    """Samples this process's CPU time, event-loop lag and garbage-collector pauses between
-    `start()` and `stop()`.
+    """Samples this process's CPU time, event-loop lag, stalls and garbage-collector pauses
+    between `start()` and `stop()`; `pool` (a ConnectionPool) adds how its reads were stamped
+    and how long bytes waited in the socket before Python read them.
 
     While sampling, the objects that existed at `start()` are frozen out of the garbage collector
     (`gc.freeze()`, undone by `stop()`): a full pass over a large process (a Celery worker, a
-    test session) took about 110 ms here and stalled the loop, delaying every time stamp in it;
-    frozen, a pass only scans what the window itself allocated.
+    test session) took about 110 ms here and stalled the loop; frozen, a pass only scans what the
+    window itself allocated. The probe also measures the kernel clock offset again when due.
     """
 
-    def __init__(self, interval_s: float = LAG_INTERVAL_S):
+    def __init__(self, interval_s: float = LAG_INTERVAL_S, pool: ConnectionPool | None = None):
         self.interval_s = interval_s
+        self.pool = pool
         self.lags_ns: list[int] = []
         self.gc_ns: list[int] = []
         self._gc_t0 = 0
         self._task: asyncio.Task | None = None
         self._cpu0 = 0
+        self._reads0 = (0, 0, 0, 0)
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -394,14 +559,21 @@ class HeadroomSampler:
         gc.freeze()
         gc.callbacks.append(self._on_gc)
         self._cpu0 = time.process_time_ns()
+        if self.pool is not None:
+            st = self.pool.stats
+            self._reads0 = (st.kernel, st.fallback, len(st.delay_ns), self.pool.clock.steps)
         self._task = asyncio.create_task(self._probe())
 
     async def _probe(self) -> None:
         interval_ns = round(self.interval_s * 1e9)
+        pool = self.pool
         while True:
             due = time.perf_counter_ns() + interval_ns
             await asyncio.sleep(self.interval_s)
-            self.lags_ns.append(max(0, time.perf_counter_ns() - due))
+            now = time.perf_counter_ns()
+            self.lags_ns.append(max(0, now - due))
+            if pool is not None:
+                pool.clock.refresh(now)
 
     async def stop(self, wall_ns: int) -> ProcessHeadroom:
         """Stop sampling; `wall_ns` is this process's window length (ns)."""
@@ -414,6 +586,13 @@ class HeadroomSampler:
             await asyncio.gather(self._task, return_exceptions=True)
         lags = np.asarray(self.lags_ns, dtype=float) / 1e6
         wall_s = max(wall_ns, 1) / 1e9
+        stalls = lags[lags >= STALL_MIN_MS]
+        kernel = fallback = steps = 0
+        delays = np.zeros(0)
+        if self.pool is not None:
+            st, (k0, f0, d0, s0) = self.pool.stats, self._reads0
+            kernel, fallback, steps = st.kernel - k0, st.fallback - f0, self.pool.clock.steps - s0
+            delays = np.frombuffer(st.delay_ns, dtype=np.int64)[d0:].astype(float) / 1e6
         return ProcessHeadroom(
             cpu_s=cpu_s,
             wall_s=wall_s,
@@ -424,23 +603,36 @@ class HeadroomSampler:
             lag_samples=int(lags.size),
             gc_pauses=len(self.gc_ns),
             gc_pause_max_ms=max(self.gc_ns) / 1e6 if self.gc_ns else None,
+            stall_max_ms=float(lags.max()) if lags.size else None,
+            stalled_share=min(1.0, float(stalls.sum()) / 1e3 / wall_s) if lags.size else None,
+            stalls=int(stalls.size),
+            kernel_reads=kernel,
+            fallback_reads=fallback,
+            read_delay_p99_ms=float(np.percentile(delays, 99)) if delays.size else None,
+            read_delay_max_ms=float(delays.max()) if delays.size else None,
+            clock_steps=steps,
         )
 
 
 class Driver:
-    """Sends requests of one client process: one aiohttp session, at most `cap` in flight."""
+    """Sends requests of one client process: one connection pool, at most `cap` in flight."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, model: str, workload: WorkloadSpec,
-                 api: str, cap: int, timeout_s: float, extra_body: dict | None = None):
-        self.session, self.url, self.model, self.workload, self.api = session, url, model, workload, api
+    def __init__(self, pool: ConnectionPool, path: str, model: str, workload: WorkloadSpec,
+                 api: str, cap: int, timeout_s: float, extra_body: dict | None = None,
+                 options: ClientOptions | None = None):
+        self.pool, self.path, self.model, self.workload, self.api = pool, path, model, workload, api
         self.extra_body = extra_body
+        self.options = options or ClientOptions()
         self.sem = asyncio.Semaphore(max(cap, 1))
         self.timeout_s = timeout_s
 
     async def phase(self, items: list[tuple[RequestStream, Prompt, int | None]],
-                    on_done: Callable[[], object] | None = None) -> None:
+                    on_done: Callable[[], object] | None = None, digest_below: int | None = None) -> None:
         """Run `(stream, prompt, due_ns or None)` items, each sent at its due time (or as soon as
-        a slot is free); `on_done()` (may return an awaitable) after each request ends."""
+        a slot is free); `on_done()` (may return an awaitable) after each request ends. With
+        `digest_below` (and `options.keep_outputs`), each request's output digest is kept, in
+        full for prompt indices below it."""
+        keep = self.options.keep_outputs and digest_below is not None
 
         async def send(stream: RequestStream, prompt: Prompt, due_ns: int | None) -> None:
             if due_ns is not None:
@@ -448,8 +640,12 @@ class Driver:
                 if delay > 0:
                     await asyncio.sleep(delay)
             async with self.sem:
-                body = build_body(prompt, self.model, self.workload, self.api, self.extra_body)
-                await send_request(self.session, self.url, body, stream, self.timeout_s)
+                body = build_body(prompt, self.model, self.workload, self.api, self.extra_body, self.options)
+                await send_request(self.pool, self.path, body, stream, self.timeout_s)
+            if keep:
+                stream.digest(prompt.text, stream.log.index < digest_below)
+            else:
+                stream.ids, stream.text = array("i"), []
 
         tasks = [asyncio.create_task(send(*item)) for item in items]
         try:
@@ -465,14 +661,15 @@ class Driver:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def client_session(cap: int, request_timeout_s: float) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=max(cap, 1), force_close=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(30.0, request_timeout_s))
-    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+def connection_pool(base_url: str, cap: int, options: ClientOptions | None = None) -> ConnectionPool:
+    """The ConnectionPool of one client process (call inside its running event loop)."""
+    return ConnectionPool(base_url, kernel_stamps=(options or ClientOptions()).kernel_stamps, limit=max(cap, 1))
 
 
-def endpoint_url(base_url: str, api: str) -> str:
-    return base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+def endpoint_path(base_url: str, api: str) -> str:
+    """The request path of `api` under `base_url` (a base URL may carry a path prefix)."""
+    prefix = urlsplit(base_url).path.rstrip("/")
+    return prefix + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
 
 
 def span_ns(logs: list[RequestLog]) -> int:

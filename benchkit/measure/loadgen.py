@@ -1,4 +1,4 @@
-"""Streaming load client for OpenAI-compatible servers (vLLM, SGLang), on aiohttp.
+"""Streaming load client for OpenAI-compatible servers (vLLM, SGLang).
 
 Load shape (docs/MEASUREMENT.md): first `workload.n_warmup` warmup requests (closed loop at the
 concurrency cap, logged with warmup=True), then the measured requests: closed loop (at most
@@ -20,7 +20,10 @@ not CLOCK_MONOTONIC, more than one process is refused (ValueError).
 
 What one client process does (the request body, reading the event stream, per-request failure
 messages, the client's headroom, transport and event loop): `benchkit.measure.loadclient`;
-several processes: `benchkit.measure.loadworkers`.
+several processes: `benchkit.measure.loadworkers`; the socket reads and their kernel receive
+stamps: `benchkit.measure.httpstream`. What the client asks of the server (continuous usage,
+token ids, per-request spec-decode details) and whether it stamps reads with kernel time are
+`ClientOptions`, chosen per engine build by the caller and recorded with the run.
 """
 
 from __future__ import annotations
@@ -38,16 +41,18 @@ from benchkit.measure import loadworkers
 from benchkit.measure.loadclient import (
     APIS,
     ClientHeadroom,
+    ClientOptions,
     Driver,
     HeadroomSampler,
     ProgressFn,
     RequestStream,
-    client_session,
-    endpoint_url,
+    connection_pool,
+    endpoint_path,
     new_event_loop,
     span_ns,
 )
 from benchkit.measure.logs import RequestLog
+from benchkit.measure.outputs import OutputRecord, RunOutputs
 from benchkit.measure.workloads import Prompt, build_prompts
 from benchkit.specs import WorkloadSpec
 
@@ -64,7 +69,10 @@ class LoadResult:
     `achieved_rate_req_s`: measured sends per second, (N - 1) / (last send - first send) for
     N >= 2 sends, else None. `prompts_flagged_approx`: some prompt's input_len is a local
     approximation (the server had no tokenizer endpoint). `client`: the client's CPU time and
-    event-loop lag over the window (None only if no measured request ran).
+    event-loop lag, stalls and read stamps over the window (None only if no measured request
+    ran). `outputs`: every measured request's output digest (`benchkit.measure.outputs`; store
+    it with `encode_outputs`), None when `options.keep_outputs` is off. `options`: the
+    ClientOptions the run used (record them with the run).
     """
 
     logs: list[RequestLog]
@@ -73,6 +81,8 @@ class LoadResult:
     achieved_rate_req_s: float | None
     prompts_flagged_approx: bool
     client: ClientHeadroom | None = None
+    outputs: RunOutputs | None = None
+    options: ClientOptions | None = None
 
 
 def arrival_offsets_s(n: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
@@ -117,6 +127,7 @@ async def run_load(
     on_window_start: Callable[[], None] | None = None,
     processes: int | None = None,
     extra_body: dict | None = None,
+    options: ClientOptions | None = None,
 ) -> LoadResult:
     """Send `workload` to the server at `base_url` (e.g. "http://127.0.0.1:8000") and log it.
 
@@ -131,7 +142,8 @@ async def run_load(
     `api`: "completions" or "chat". `processes`: client processes (1 = this process only;
     None = `default_client_processes(concurrency)`; capped at the concurrency); see the module
     doc for how work is split. `extra_body`: JSON fields added to every request body (e.g.
-    engine-specific sampling options).
+    engine-specific sampling options). `options`: ClientOptions (default ClientOptions(): no
+    continuous usage, no token ids, kernel stamps, outputs kept).
     Raises ValueError for an unknown api, too few prompts, num_prompts < 1, processes < 1, or
     several processes where perf_counter is not a system-wide clock; RuntimeError when a
     worker process dies. Request failures are never raised, they are in the logs.
@@ -163,13 +175,15 @@ async def run_load(
     if workload.request_rate is not None:
         offsets = arrival_offsets_s(n_meas, workload.request_rate, workload.burstiness, workload.seed)
         offsets_ns = [round(o * 1e9) for o in offsets]
+    opts = options or ClientOptions()
     if n_proc > 1:
-        logs, client = await loadworkers.run_workers(
+        logs, client, records = await loadworkers.run_workers(
             n_proc, base_url, model, workload, prompts, offsets_ns, request_timeout_s, api, progress,
-            on_window_start, extra_body)
+            on_window_start, extra_body, opts)
     else:
-        logs, client = await _run_in_process(base_url, model, workload, prompts, offsets_ns, request_timeout_s,
-                                             api, progress, on_window_start, extra_body)
+        logs, client, records = await _run_in_process(base_url, model, workload, prompts, offsets_ns,
+                                                      request_timeout_s, api, progress, on_window_start, extra_body,
+                                                      opts)
     meas_logs = logs[n_warm:]
     sends = sorted(log.send_ns for log in meas_logs)
     span_s = (sends[-1] - sends[0]) / 1e9
@@ -180,13 +194,16 @@ async def run_load(
         achieved_rate_req_s=(len(sends) - 1) / span_s if len(sends) >= 2 and span_s > 0 else None,
         prompts_flagged_approx=any(p.approx for p in prompts),
         client=client,
+        outputs=RunOutputs.from_records(records) if opts.keep_outputs else None,
+        options=opts,
     )
 
 
 async def _run_in_process(base_url: str, model: str, workload: WorkloadSpec, prompts: list[Prompt],
                           offsets_ns: list[int | None], request_timeout_s: float, api: str,
                           progress: ProgressFn | None, on_window_start: Callable[[], None] | None,
-                          extra_body: dict | None = None) -> tuple[list[RequestLog], ClientHeadroom]:
+                          extra_body: dict | None, options: ClientOptions
+                          ) -> tuple[list[RequestLog], ClientHeadroom, list[OutputRecord]]:
     n_warm, n_meas = workload.n_warmup, workload.num_prompts
     cap = max(workload.concurrency, 1)
     streams = [
@@ -201,19 +218,24 @@ async def _run_in_process(base_url: str, model: str, workload: WorkloadSpec, pro
         if progress is not None:
             await asyncio.to_thread(progress, done, n_meas)
 
-    async with client_session(cap, request_timeout_s) as session:
-        driver = Driver(session, endpoint_url(base_url, api), model, workload, api, cap, request_timeout_s, extra_body)
+    pool = connection_pool(base_url, cap, options)
+    try:
+        driver = Driver(pool, endpoint_path(base_url, api), model, workload, api, cap, request_timeout_s, extra_body,
+                        options)
         await driver.phase([(streams[i], prompts[i], None) for i in range(n_warm)])
         if on_window_start is not None:
             await asyncio.to_thread(on_window_start)
-        headroom = HeadroomSampler()
+        headroom = HeadroomSampler(pool=pool)
         headroom.start()
         t0 = time.perf_counter_ns()
         items = [(streams[n_warm + j], prompts[n_warm + j], None if off is None else t0 + off)
                  for j, off in enumerate(offsets_ns)]
-        await driver.phase(items, report)
+        await driver.phase(items, report, digest_below=n_warm + options.full_outputs)
         part = await headroom.stop(span_ns([st.log for st in streams[n_warm:]]))
-    return [st.materialize() for st in streams], ClientHeadroom.merge([part])
+    finally:
+        pool.close()
+    records = [st.output for st in streams[n_warm:] if st.output is not None]
+    return [st.materialize() for st in streams], ClientHeadroom.merge([part]), records
 
 
 def run_load_sync(
@@ -228,6 +250,7 @@ def run_load_sync(
     on_window_start: Callable[[], None] | None = None,
     processes: int | None = None,
     extra_body: dict | None = None,
+    options: ClientOptions | None = None,
 ) -> LoadResult:
     """Blocking wrapper of `run_load` (runs it in a fresh event loop from `new_event_loop`, with
     `asyncio.Runner`; do not call it from inside a running loop). Same arguments, result and
@@ -241,7 +264,7 @@ def run_load_sync(
         box.append(await run_load(
             base_url, model, workload, prompts=prompts, request_timeout_s=request_timeout_s,
             progress=progress, api=api, on_window_start=on_window_start, processes=processes,
-            extra_body=extra_body,
+            extra_body=extra_body, options=options,
         ))
 
     with asyncio.Runner(loop_factory=new_event_loop) as runner:

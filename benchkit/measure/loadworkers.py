@@ -23,8 +23,8 @@ What each worker runs is the one-process client of `benchkit.measure.loadclient`
 Protocol (both directions on the worker's stdin/stdout, the worker's own stdout is redirected
 to stderr so stray prints cannot corrupt it): frames of a 4-byte big-endian length and a pickle.
 Parent -> worker: the job dict, then ("go", t0_ns) or ("stop",). Worker -> parent: ("warm",),
-then one ("progress",) per finished measured request, then ("done", packed logs, ProcessHeadroom)
-or ("error", traceback text).
+then one ("progress",) per finished measured request, then ("done", packed logs, ProcessHeadroom,
+output digests) or ("error", traceback text).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any, BinaryIO
 
 from benchkit.measure import loadclient
 from benchkit.measure.logs import KINDS, MessageEvent, RequestLog
+from benchkit.measure.outputs import OutputRecord
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import WorkloadSpec
 
@@ -108,7 +109,8 @@ def _pack(streams: list[loadclient.RequestStream]) -> list[tuple]:
     return [
         (st.log.index, st.log.warmup, st.log.send_ns, st.log.ok, st.log.error, st.log.prompt_tokens,
          st.log.completion_tokens, st.log.tokens_from_text, st.log.input_len, st.log.output_len, st.log.end_ns,
-         st.t_ns, st.tokens, bytes(st.kinds))
+         st.t_ns, st.tokens, bytes(st.kinds), st.log.spec_steps, st.log.spec_draft_tokens,
+         st.log.spec_accepted_tokens, st.log.spec_histogram)
         for st in streams
     ]
 
@@ -116,12 +118,13 @@ def _pack(streams: list[loadclient.RequestStream]) -> list[tuple]:
 def _unpack(packed: list[tuple]) -> list[RequestLog]:
     logs = []
     for (index, warmup, send_ns, ok, error, prompt_tokens, completion_tokens, from_text, input_len,
-         output_len, end_ns, ts, toks, kinds) in packed:
+         output_len, end_ns, ts, toks, kinds, spec_steps, spec_drafts, spec_accepted, spec_hist) in packed:
         events = [MessageEvent(t, n, KINDS[k]) for t, n, k in zip(ts, toks, kinds, strict=True)]
         logs.append(RequestLog(index=index, warmup=warmup, send_ns=send_ns, events=events, ok=ok, error=error,
                                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                tokens_from_text=from_text, input_len=input_len, output_len=output_len,
-                               end_ns=end_ns))
+                               end_ns=end_ns, spec_steps=spec_steps, spec_draft_tokens=spec_drafts,
+                               spec_accepted_tokens=spec_accepted, spec_histogram=spec_hist))
     return logs
 
 
@@ -137,12 +140,13 @@ async def run_workers(
     progress: loadclient.ProgressFn | None,
     on_window_start: Any,
     extra_body: dict | None = None,
-) -> tuple[list[RequestLog], loadclient.ClientHeadroom]:
+    options: loadclient.ClientOptions | None = None,
+) -> tuple[list[RequestLog], loadclient.ClientHeadroom, list[OutputRecord]]:
     """Run the load on `n_proc` worker processes (arguments as
     `benchkit.measure.loadgen.run_load`; `prompts` warmup first, `offsets_ns[i]` the i-th
     measured request's due offset or None for a closed loop). Returns (all logs in prompt order,
-    the merged ClientHeadroom). Raises RuntimeError naming the worker when one fails or exits
-    early; every worker is stopped before returning."""
+    the merged ClientHeadroom, the measured requests' output digests). Raises RuntimeError naming
+    the worker when one fails or exits early; every worker is stopped before returning."""
     n_warm, n_meas = workload.n_warmup, workload.num_prompts
     n_proc = min(n_proc, n_meas)
     cap = max(workload.concurrency, 1)
@@ -150,7 +154,8 @@ async def run_workers(
     root = str(Path(loadclient.__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     procs: list[asyncio.subprocess.Process] = []
-    results: list[tuple[list[RequestLog], loadclient.ProcessHeadroom]] = []
+    options = options or loadclient.ClientOptions()
+    results: list[tuple[list[RequestLog], loadclient.ProcessHeadroom, list[OutputRecord]]] = []
     try:
         for cap_j, warm, meas in shares:
             proc = await asyncio.create_subprocess_exec(
@@ -160,6 +165,7 @@ async def run_workers(
             job = {
                 "base_url": base_url, "model": model, "workload": workload, "api": api,
                 "request_timeout_s": request_timeout_s, "cap": cap_j, "extra_body": extra_body,
+                "options": options, "digest_below": n_warm + options.full_outputs,
                 "warm": [(i, prompts[i]) for i in warm],
                 "measured": [(i, prompts[i], offsets_ns[i - n_warm]) for i in meas],
             }
@@ -196,7 +202,7 @@ async def run_workers(
                     if progress is not None:
                         await asyncio.to_thread(progress, done, n_meas)
                 elif msg[0] == "done":
-                    results.append((_unpack(msg[1]), msg[2]))
+                    results.append((_unpack(msg[1]), msg[2], msg[3]))
                     return
                 else:
                     raise RuntimeError(f"load client worker {j}: unexpected message {msg[0]!r}")
@@ -210,8 +216,9 @@ async def run_workers(
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
-    logs = sorted((log for part, _ in results for log in part), key=lambda log: log.index)
-    return logs, loadclient.ClientHeadroom.merge([h for _, h in results])
+    logs = sorted((log for part, _, _ in results for log in part), key=lambda log: log.index)
+    records = sorted((r for _, _, recs in results for r in recs), key=lambda r: r.index)
+    return logs, loadclient.ClientHeadroom.merge([h for _, h, _ in results]), records
 
 
 async def _send(proc: asyncio.subprocess.Process, obj: Any) -> None:
@@ -229,11 +236,12 @@ async def _work(job: dict, inp: BinaryIO, out: BinaryIO) -> None:
 
     warm = [(stream(i, p, True), p, None) for i, p in job["warm"]]
     meas = [(stream(i, p, False), p, off) for i, p, off in job["measured"]]
-    cap, timeout_s = job["cap"], job["request_timeout_s"]
-    async with loadclient.client_session(cap, timeout_s) as session:
-        url = loadclient.endpoint_url(job["base_url"], job["api"])
-        driver = loadclient.Driver(session, url, job["model"], workload, job["api"], cap, timeout_s,
-                                   job.get("extra_body"))
+    cap, timeout_s, options = job["cap"], job["request_timeout_s"], job["options"]
+    pool = loadclient.connection_pool(job["base_url"], cap, options)
+    try:
+        path = loadclient.endpoint_path(job["base_url"], job["api"])
+        driver = loadclient.Driver(pool, path, job["model"], workload, job["api"], cap, timeout_s,
+                                   job.get("extra_body"), options)
         await driver.phase(warm)
         _write(out, ("warm",))
         msg = await asyncio.to_thread(_read, inp)
@@ -243,12 +251,15 @@ async def _work(job: dict, inp: BinaryIO, out: BinaryIO) -> None:
         delay = (t0 - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
-        headroom = loadclient.HeadroomSampler()
+        headroom = loadclient.HeadroomSampler(pool=pool)
         headroom.start()
         items = [(st, p, None if off is None else t0 + off) for st, p, off in meas]
-        await driver.phase(items, lambda: _write(out, ("progress",)))
+        await driver.phase(items, lambda: _write(out, ("progress",)), digest_below=job["digest_below"])
         part = await headroom.stop(loadclient.span_ns([st.log for st, _, _ in meas]))
-    _write(out, ("done", _pack([st for st, _, _ in warm + meas]), part))
+    finally:
+        pool.close()
+    records = [st.output for st, _, _ in meas if st.output is not None]
+    _write(out, ("done", _pack([st for st, _, _ in warm + meas]), part, records))
 
 
 def main() -> int:

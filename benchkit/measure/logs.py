@@ -60,7 +60,9 @@ class RequestLog:
     when the server sent none. `tokens_from_text`: at least one message's token count was
     estimated from its text because the server sent no cumulative usage with it.
     `input_len` / `output_len`: the workload's intended lengths (tokens). `end_ns`: when the
-    request finished (stream closed, error or timeout).
+    request finished (stream closed, error or timeout). `spec_steps`, `spec_draft_tokens`,
+    `spec_accepted_tokens`, `spec_histogram`: the engine's per-request speculative-decoding
+    figures where it returned them (`benchkit.measure.specrequests`), else None (unknown).
     """
 
     index: int
@@ -75,7 +77,15 @@ class RequestLog:
     input_len: int = 0
     output_len: int = 0
     end_ns: int = 0
+    spec_steps: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_histogram: list[int] | None = None
 
+
+#: Per-request columns added after FORMAT_VERSION 1 was first written: optional in a blob (an
+#: older blob has none: every value None), each a list of int | None (the histogram: list | None).
+_SPEC_COLUMNS = ("spec_steps", "spec_draft_tokens", "spec_accepted_tokens", "spec_histogram")
 
 _COLUMNS = (
     "index",
@@ -102,7 +112,8 @@ def encode_logs(logs: list[RequestLog]) -> bytes:
     Layout (FORMAT_VERSION 1): one JSON object with `v` and the columns in `_COLUMNS`; per-event
     columns are concatenated over requests in order, `n_events` says how many belong to each.
     Event times are stored as deltas (first event to `send_ns`, later ones to the previous
-    event) and `end_ns` as `end_dns = end_ns - send_ns`. Inverse: `decode_logs`.
+    event) and `end_ns` as `end_dns = end_ns - send_ns`. The `_SPEC_COLUMNS` are written only
+    when some request has a value. Inverse: `decode_logs`.
     """
     cols: dict[str, list] = {c: [] for c in _COLUMNS}
     for log in logs:
@@ -125,6 +136,8 @@ def encode_logs(logs: list[RequestLog]) -> bytes:
             cols["ev_tokens"].append(ev.tokens)
             cols["ev_kind"].append(_KIND_CODE[ev.kind])
     doc = {"v": FORMAT_VERSION, **cols}
+    if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS):
+        doc.update({c: [getattr(log, c) for log in logs] for c in _SPEC_COLUMNS})
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 9)
 
 
@@ -135,7 +148,8 @@ class LogColumns:
     Per request (length R, in list order): `index`, `warmup`, `send_ns`, `ok`, `error` (a list of
     str), `prompt_tokens` / `completion_tokens` (int64; meaningful where `prompt_known` /
     `completion_known`, the server's `usage` was sent), `tokens_from_text`, `input_len`,
-    `output_len`, `end_ns`, `n_events`. Per event (length E, requests concatenated in order,
+    `output_len`, `end_ns`, `n_events`, `spec` (None, or {spec column: list of values per
+    request}, see `_SPEC_COLUMNS`). Per event (length E, requests concatenated in order,
     each request's events in arrival order): `t_ns` (int64, perf_counter_ns), `tokens` (int64)
     and `kind` (int8 code: index into KINDS). The metrics (benchkit.measure.metrics) are computed
     on these columns without building an object per event; `to_logs()` gives the RequestLogs.
@@ -158,6 +172,7 @@ class LogColumns:
     t_ns: np.ndarray
     tokens: np.ndarray
     kind: np.ndarray
+    spec: dict[str, list] | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -175,7 +190,8 @@ class LogColumns:
                 prompt_tokens=int(self.prompt_tokens[i]) if self.prompt_known[i] else None,
                 completion_tokens=int(self.completion_tokens[i]) if self.completion_known[i] else None,
                 tokens_from_text=bool(self.tokens_from_text[i]), input_len=int(self.input_len[i]),
-                output_len=int(self.output_len[i]), end_ns=int(self.end_ns[i])))
+                output_len=int(self.output_len[i]), end_ns=int(self.end_ns[i]),
+                **({c: self.spec[c][i] for c in _SPEC_COLUMNS} if self.spec else {})))
         return logs
 
 
@@ -203,7 +219,9 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
         end_ns=_i64([log.end_ns for log in logs]), n_events=_i64([len(log.events) for log in logs]),
         t_ns=_i64([e.t_ns for log in logs for e in log.events]),
         tokens=_i64([e.tokens for log in logs for e in log.events]),
-        kind=np.asarray([_KIND_CODE[e.kind] for log in logs for e in log.events], dtype=np.int8))
+        kind=np.asarray([_KIND_CODE[e.kind] for log in logs for e in log.events], dtype=np.int8),
+        spec=({c: [getattr(log, c) for log in logs] for c in _SPEC_COLUMNS}
+              if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS) else None))
 
 
 def decode_columns(data: bytes) -> LogColumns:
@@ -249,13 +267,19 @@ def decode_columns(data: bytes) -> LogColumns:
     t_ns = send[req_of] + cum - before[req_of] if n_ev else np.zeros(0, np.int64)
     prompt, prompt_known = _optional(doc["prompt_tokens"])
     completion, completion_known = _optional(doc["completion_tokens"])
+    spec = None
+    if any(c in doc for c in _SPEC_COLUMNS):
+        bad = [c for c in _SPEC_COLUMNS if not isinstance(doc.get(c), list) or len(doc[c]) != n]
+        if bad:
+            raise ValueError(f"request logs: column(s) {', '.join(bad)} missing or not {n} entries")
+        spec = {c: doc[c] for c in _SPEC_COLUMNS}
     return LogColumns(
         index=_i64(doc["index"]), warmup=np.asarray(doc["warmup"], dtype=bool), send_ns=send,
         ok=np.asarray(doc["ok"], dtype=bool), error=list(doc["error"]), prompt_tokens=prompt,
         prompt_known=prompt_known, completion_tokens=completion, completion_known=completion_known,
         tokens_from_text=np.asarray(doc["tokens_from_text"], dtype=bool), input_len=_i64(doc["input_len"]),
         output_len=_i64(doc["output_len"]), end_ns=send + _i64(doc["end_dns"]), n_events=n_events, t_ns=t_ns,
-        tokens=_i64(doc["ev_tokens"]), kind=kinds.astype(np.int8))
+        tokens=_i64(doc["ev_tokens"]), kind=kinds.astype(np.int8), spec=spec)
 
 
 def decode_logs(data: bytes) -> list[RequestLog]:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from benchkit.measure.logs import KINDS, LogColumns, RequestLog, columns_of
+from benchkit.measure.specrequests import RequestAcceptance, acceptance_from
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -172,7 +173,19 @@ class WindowMetrics:
     (`counter`, `integrated_power` or `mixed`). No cost: it depends on a price that can change,
     so it is computed when read. Client (benchkit.measure.loadclient.ClientHeadroom over the
     window): `client_processes`, `client_max_core_share` (the busiest client process's CPU
-    share of one core), `client_loop_lag_p99_ms`, `client_loop_lag_max_ms` (worst process, ms).
+    share of one core), `client_loop_lag_p99_ms`, `client_loop_lag_max_ms` (worst process, ms),
+    `client_stall_max_ms` (the longest time a client process ran nothing, ms),
+    `client_stalled_share` (share of the window spent in stalls of at least
+    loadclient.STALL_MIN_MS, worst process), `client_read_delay_p99_ms` (how long received bytes
+    waited before the client read them, ms), `client_kernel_stamped_share` (share of reads
+    stamped with the kernel's receive time; the rest were stamped when read). The GPU sampler's
+    own health (efficiency group, from the telemetry stream): `telemetry_gap_max_ms` (longest
+    interval without a reading inside the window, its edges included, ms) and
+    `telemetry_gap_share` (share of the window in intervals longer than two sampling periods).
+    Per-request acceptance (from the engine's per-request figures in the logs,
+    benchkit.measure.specrequests; None where the engine returned none):
+    `acceptance_length_request_weighted` (mean over requests of 1 + accepted / steps),
+    `acceptance_length_token_weighted` (1 + sum accepted / sum steps), `spec_requests_reported`.
     Each field's unit, label, vLLM key and bounds: `METRIC_FIELDS`.
     """
 
@@ -238,6 +251,12 @@ class WindowMetrics:
     per_position_acceptance_rate: list[float] | None = _metric(
         list, "fraction", "per-position acceptance rate", "spec_decode",
         "spec_decode_per_position_acceptance_rates", hi=1.0)
+    acceptance_length_request_weighted: float | None = _metric(
+        float, "tokens/step", "tau, per-request mean", "spec_requests", lo=1.0)
+    acceptance_length_token_weighted: float | None = _metric(
+        float, "tokens/step", "tau, per verify step", "spec_requests", lo=1.0)
+    spec_requests_reported: int | None = _metric(int, "requests", "requests with per-request spec figures",
+                                                 "spec_requests")
     output_tok_s_per_gpu: float | None = _metric(float, "tok/s/GPU", "output throughput per GPU", "efficiency")
     mean_power_w_per_gpu: float | None = _metric(float, "W", "mean power per GPU", "efficiency")
     peak_power_w_per_gpu: float | None = _metric(float, "W", "peak power per GPU", "efficiency")
@@ -245,11 +264,19 @@ class WindowMetrics:
     energy_per_output_token_j: float | None = _metric(float, "J/token", "energy per output token", "efficiency")
     output_tok_s_per_kw: float | None = _metric(float, "tok/s/kW", "output tok/s per kW", "efficiency")
     energy_source: str | None = _metric(str, "", "energy source", "efficiency")
+    telemetry_gap_max_ms: float | None = _metric(float, "ms", "GPU sampler longest gap", "efficiency")
+    telemetry_gap_share: float | None = _metric(float, "fraction", "GPU sampler gap share", "efficiency", hi=1.0)
     client_processes: int | None = _metric(int, "processes", "client processes", "client")
     client_max_core_share: float | None = _metric(float, "fraction of one core", "client CPU (busiest process)",
                                                   "client")
     client_loop_lag_p99_ms: float | None = _metric(float, "ms", "client event-loop lag p99", "client")
     client_loop_lag_max_ms: float | None = _metric(float, "ms", "client event-loop lag max", "client")
+    client_stall_max_ms: float | None = _metric(float, "ms", "client longest stall", "client")
+    client_stalled_share: float | None = _metric(float, "fraction", "client stalled share of window", "client",
+                                                 hi=1.0)
+    client_read_delay_p99_ms: float | None = _metric(float, "ms", "client read delay p99", "client")
+    client_kernel_stamped_share: float | None = _metric(float, "fraction", "reads stamped by the kernel", "client",
+                                                        hi=1.0)
 
     def to_dict(self) -> dict[str, Any]:
         """{field name: value}, every field, in field order (None where unknown)."""
@@ -281,13 +308,18 @@ class WindowMetrics:
 
     def with_client(self, headroom: Mapping[str, Any] | None) -> WindowMetrics:
         """A copy with the client fields from a `benchkit.measure.loadclient.ClientHeadroom` as a
-        dict (`dataclasses.asdict`: processes, max_core_share, loop_lag_p99_ms, loop_lag_max_ms);
+        dict (`dataclasses.asdict`: processes, max_core_share, loop_lag_p99_ms, loop_lag_max_ms,
+        stall_max_ms, stalled_share, read_delay_p99_ms, kernel_stamped_share);
         None or {} -> the client fields None (an imported run, a run without measured requests)."""
         h = headroom or {}
         return self.with_group("client", {"client_processes": h.get("processes"),
                                           "client_max_core_share": h.get("max_core_share"),
                                           "client_loop_lag_p99_ms": h.get("loop_lag_p99_ms"),
-                                          "client_loop_lag_max_ms": h.get("loop_lag_max_ms")})
+                                          "client_loop_lag_max_ms": h.get("loop_lag_max_ms"),
+                                          "client_stall_max_ms": h.get("stall_max_ms"),
+                                          "client_stalled_share": h.get("stalled_share"),
+                                          "client_read_delay_p99_ms": h.get("read_delay_p99_ms"),
+                                          "client_kernel_stamped_share": h.get("kernel_stamped_share")})
 
     def group_values(self, group: str) -> dict[str, Any]:
         """{field: value} of the fields of `group`."""
@@ -567,14 +599,38 @@ def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, wi
         coalesced_share=int((gaps < COALESCED_GAP_MS).sum()) / gaps.size if gaps.size else None,
         **stats,
     )
+    acc = _request_acceptance(cols, done)
+    if acc is not None:
+        window = replace(window, acceptance_length_request_weighted=acc.tau_request_weighted,
+                         acceptance_length_token_weighted=acc.tau_token_weighted, spec_requests_reported=acc.requests)
     if cap is None:
         return window, {}
-    return window, {
+    dists = {
         "ttft_ms": _cap(samples["ttft"], cap),
         "itl_ms": _cap(samples["itl"], cap),
         "icl_ms": _cap(samples["icl"], cap),
         "tokens_per_chunk": _cap(chunks.astype(float), cap),
     }
+    if acc is not None:
+        dists["tau_per_request"] = _cap(np.asarray(acc.tau_per_request), cap)
+        if acc.histogram:
+            dists["accepted_per_step_histogram"] = [float(c) for c in acc.histogram]
+    return window, dists
+
+
+def _request_acceptance(cols: LogColumns, done: np.ndarray) -> RequestAcceptance | None:
+    """Per-request acceptance (benchkit.measure.specrequests) of the completed measured requests
+    whose log carries the engine's per-request figures; None without any."""
+    if not cols.spec:
+        return None
+    steps, acc, hists = [], [], []
+    for i in np.flatnonzero(done):
+        n = cols.spec["spec_steps"][i]
+        if n:
+            steps.append(n)
+            acc.append(cols.spec["spec_accepted_tokens"][i] or 0)
+            hists.append(cols.spec["spec_histogram"][i])
+    return acceptance_from(steps, acc, hists)
 
 
 def _n_meeting_slo(r: _Requests, done: np.ndarray, slo: dict[str, float]) -> int:
@@ -609,8 +665,11 @@ def distributions(logs: list[RequestLog] | LogColumns, cap: int = DISTRIBUTION_C
     """Per-run sample lists for the run page's histograms, over completed measured requests.
 
     Returns {"ttft_ms": [...] (one per request), "itl_ms": [...] (one per token, ms/token),
-    "icl_ms": [...] (one per gap, ms), "tokens_per_chunk": [...] (one per message)}; each list
-    holds at most `cap` values (quantile-sampled when longer, see `_cap`).
+    "icl_ms": [...] (one per gap, ms), "tokens_per_chunk": [...] (one per message)}, and where
+    the engine returned per-request spec-decode figures "tau_per_request" (one per request,
+    tokens/step) and "accepted_per_step_histogram" (verify steps that accepted exactly i draft
+    tokens, summed over requests); each list holds at most `cap` values (quantile-sampled when
+    longer, see `_cap`).
     """
     return measure_window(logs, 0, 0, None, cap=cap)[1]
 

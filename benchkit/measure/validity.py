@@ -13,7 +13,14 @@ still counts, the dashboard flags it suspect with the message:
 - `counters_restarted` / `acceptance_out_of_bounds`: the spec-decode counters could not give
   window figures (`benchkit.measure.counters.CounterWindowError`); the run keeps none;
 - `client_saturated`: the load client was busy enough to delay its own time stamps (CPU share
-  or event-loop lag above CLIENT_MAX_CORE_SHARE / CLIENT_MAX_LOOP_LAG_P99_MS).
+  or event-loop lag above CLIENT_MAX_CORE_SHARE / CLIENT_MAX_LOOP_LAG_P99_MS);
+- `client_stalled`: a client process ran nothing for a long stretch inside the window (stopped,
+  swapped out, starved): its longest stall or its stalled share of the window above
+  CLIENT_MAX_STALL_MS / CLIENT_MAX_STALLED_SHARE. One long stall does not move the lag p99 that
+  `client_saturated` reads, yet requests were neither sent nor read meanwhile.
+
+`TIMING_CODES` are the marks that invalidate the run's timing (its latency and throughput
+figures may measure the client): such a run never feeds a verdict.
 
 Use `failures()` to keep only the codes that stop a run from counting. Per-request failures are
 strings in `RequestLog.error`; `request_failure_code` maps them to REQUEST_FAILURE_CODES, and the
@@ -57,10 +64,18 @@ REASON_CODES: dict[str, str] = {
         "the load client was too busy to time the stream exactly (CPU share or event-loop lag above "
         "its threshold); latency figures may measure the client (run still counts)"
     ),
+    "client_stalled": (
+        "a load-client process stalled inside the window (longest stall or stalled share above its bound): "
+        "requests were neither sent nor read meanwhile; latency and throughput figures are not the server's "
+        "(run still counts, never in a verdict)"
+    ),
 }
 
 #: Codes that are marks, not failures.
-NON_FAILURE_CODES = frozenset({"suspect", "counters_restarted", "acceptance_out_of_bounds", "client_saturated"})
+NON_FAILURE_CODES = frozenset({"suspect", "counters_restarted", "acceptance_out_of_bounds", "client_saturated",
+                               "client_stalled"})
+#: Marks that invalidate timing: the latency figures may measure the client, not the server.
+TIMING_CODES = frozenset({"client_saturated", "client_stalled"})
 
 #: Per-request failure codes (`request_failure_code`) -> what they mean.
 REQUEST_FAILURE_CODES: dict[str, str] = {
@@ -97,6 +112,13 @@ _ERROR_PREFIXES = (
 #: TPOT of a fast GPU server, where late stamps start to change ITL figures.
 CLIENT_MAX_CORE_SHARE = 0.9
 CLIENT_MAX_LOOP_LAG_P99_MS = 10.0
+#: `client_stalled` bounds. A stall is a lag sample of at least loadclient.STALL_MIN_MS (50 ms:
+#: ten probe intervals). The longest seen on the busy 2-core dev machine without a fault was
+#: 50-110 ms (a CPU vLLM server's first batch of a new size, above); 500 ms is well beyond it and
+#: far below the 20 s SIGSTOP of issue 18. A tenth of the window spent stalled says the same for
+#: many shorter stalls.
+CLIENT_MAX_STALL_MS = 500.0
+CLIENT_MAX_STALLED_SHARE = 0.10
 
 #: Relative tolerance for output and input lengths (5 %), and the share of requests that must
 #: meet it (95 %), from MEASUREMENT.md.
@@ -179,6 +201,26 @@ def client_saturation(client: Any, max_core_share: float = CLIENT_MAX_CORE_SHARE
             + " and ".join(problems) + f"; {hint}; TPOT and ITL may measure the client")
 
 
+def client_stall(client: Any, max_stall_ms: float = CLIENT_MAX_STALL_MS,
+                 max_stalled_share: float = CLIENT_MAX_STALLED_SHARE) -> str | None:
+    """Why the load client counts as stalled, or None. `client`: a ClientHeadroom or its
+    `asdict` form (`stall_max_ms`, ms; `stalled_share`, 0..1; `processes`); None or missing
+    figures break nothing."""
+    if client is None:
+        return None
+    c = client if isinstance(client, Mapping) else vars(client)
+    longest, share, procs = c.get("stall_max_ms"), c.get("stalled_share"), c.get("processes") or 1
+    problems = []
+    if longest is not None and longest > max_stall_ms:
+        problems.append(f"ran nothing for {longest:.0f} ms at a stretch (> {max_stall_ms:g} ms)")
+    if share is not None and share > max_stalled_share:
+        problems.append(f"spent {share:.1%} of the window stalled (> {max_stalled_share:.0%})")
+    if not problems:
+        return None
+    return (f"client_stalled: a load-client process (of {procs}) " + " and ".join(problems)
+            + "; requests were neither sent nor read meanwhile, so latency and throughput are not the server's")
+
+
 def length_share_within(pairs: Sequence[tuple[float, float]], tolerance: float = LENGTH_TOLERANCE) -> float:
     """Share (0..1) of (actual, intended) pairs whose actual is within `tolerance` of intended
     (relative to intended). 1.0 for no pairs."""
@@ -232,7 +274,7 @@ def check_run(
       `counters.cross_check(tau, metrics.mean_decode_tokens_per_chunk(logs), mean ICL / mean
       TPOT)` (code `suspect`); `counter_error` (the `counters.CounterWindowError` the counter
       deltas raised) as its own code; `client` (a `loadclient.ClientHeadroom` or its dict) checked
-      by `client_saturation` (code `client_saturated`).
+      by `client_saturation` (code `client_saturated`) and `client_stall` (code `client_stalled`).
 
     Returns the violations in a fixed order (failures first, in REASON_CODES order; then
     suspect marks); an empty list means the run counts. Pure: no I/O.
@@ -328,4 +370,7 @@ def check_run(
     saturated = client_saturation(client)
     if saturated is not None:
         out.append(Violation("client_saturated", saturated))
+    stalled = client_stall(client)
+    if stalled is not None:
+        out.append(Violation("client_stalled", stalled))
     return out

@@ -1,0 +1,65 @@
+"""The load client against a real vLLM CPU server with speculative decoding (draft_model) and
+per-request spec-decode metrics: token ids per streamed message, the output digests of two runs
+of the same prompts at temperature 0, and the per-request acceptance figures."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+from benchkit.engines.server import ManagedServer
+from benchkit.measure import outputs
+from benchkit.measure.loadclient import ClientOptions
+from benchkit.measure.loadgen import run_load_sync
+from benchkit.measure.metrics import compute_run_metrics
+from benchkit.specs import WorkloadSpec
+
+pytestmark = pytest.mark.vllm
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_token_ids_outputs_and_per_request_acceptance_on_real_vllm(demo_models, tmp_path):
+    port = _free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(demo_models.target),
+            "--served-model-name", "demo", "--load-format", "dummy", "--dtype", "float32", "--max-model-len", "1024",
+            "--gpu-memory-utilization", "0.2", "--port", str(port), "--seed", "0",
+            "--speculative-config",
+            f'{{"method": "draft_model", "model": "{demo_models.draft}", "num_speculative_tokens": 3}}',
+            "--per-request-spec-decode-metrics", "summary"]
+    server = ManagedServer(argv, {"VLLM_CPU_KVCACHE_SPACE": "1"}, tmp_path / "server.log")
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        server.wait_ready([f"{url}/health", f"{url}/v1/models"], 600)
+        wl = WorkloadSpec(num_prompts=6, concurrency=2, input_len=24, output_len=24, ignore_eos=True, seed=0)
+        opts = ClientOptions(return_token_ids=True)
+        first = run_load_sync(url, "demo", wl, options=opts)
+        again = run_load_sync(url, "demo", wl, options=opts)
+    finally:
+        server.stop()
+    measured = [log for log in first.logs if not log.warmup]
+    assert all(log.ok for log in measured), [log.error for log in measured]
+    for log in measured:
+        # every token counted from the ids the server returned: the per-message counts add up to
+        # the server's final usage, nothing estimated from text
+        assert not log.tokens_from_text
+        assert sum(e.tokens for e in log.events) == log.completion_tokens == 24
+        assert log.spec_steps and log.spec_steps >= 1 and log.spec_histogram and len(log.spec_histogram) == 4
+    assert {r.kind for r in first.outputs.records.values()} == {"ids"}
+    assert all(len(r.full) == 24 for r in first.outputs.records.values())  # fewer than 32 prompts: all full
+    matches = outputs.compare_outputs(first.outputs, outputs.decode_outputs(outputs.encode_outputs(again.outputs)))
+    summary = outputs.summarize_matches(matches)
+    assert summary.compared == 6
+    print(f"real vLLM, same prompts twice at temperature 0: {summary}")
+    m = compute_run_metrics(first.logs, first.window_start_ns, first.window_end_ns)
+    assert m.spec_requests_reported == 6
+    assert 1.0 <= m.acceptance_length_token_weighted <= 4.0
+    assert 1.0 <= m.acceptance_length_request_weighted <= 4.0
+    assert first.client.stamps == "kernel"
