@@ -16,7 +16,7 @@ from benchkit.engines.kinds.external import External
 from benchkit.engines.kinds.sglang import SGLang
 from benchkit.engines.kinds.vllm import Vllm
 from benchkit.measure import counters
-from benchkit.measure.loadclient import build_body
+from benchkit.measure.loadclient import ClientOptions, build_body
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import GpuRef, ServerConfig, WorkloadSpec
 from benchkit.sweeps.sweepfile import SweepError, parse_sweep
@@ -199,7 +199,8 @@ def test_acceptance_twin_argv_and_env():
 
 def test_continuous_usage_declarations_match_what_the_client_sends():
     """(d) The load client's stream_options are what each engine needs for usage on every message."""
-    body = build_body(Prompt(text="hi", input_len=1, output_len=4), "m", WorkloadSpec(), "completions")
+    body = build_body(Prompt(text="hi", input_len=1, output_len=4), "m", WorkloadSpec(), "completions",
+                      options=ClientOptions(continuous_usage=True))
     for cls in (Vllm, SGLang):
         assert body["stream_options"] == dict(cls.continuous_usage.stream_options)
     assert Vllm.continuous_usage.requires_include_usage and not SGLang.continuous_usage.requires_include_usage
