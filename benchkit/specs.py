@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchkit.point import SERVER, WORKLOAD, spec_fields
+
 
 @dataclass
 class GpuRef:
@@ -100,39 +102,6 @@ class Limits:
     telemetry_hz: float = 10.0
 
 
-#: Fields of ServerConfig / WorkloadSpec that define a benchmark point (not where or how long).
-_POINT_SERVER_FIELDS = (
-    "engine",
-    "engine_build",
-    "model",
-    "drafter",
-    "method",
-    "num_speculative_tokens",
-    "tree_budget",
-    "tp",
-    "dtype",
-    "max_model_len",
-    "load_format",
-    "prefix_caching",
-    "extra_args",
-    "env",
-    "endpoint_url",
-)
-_POINT_WORKLOAD_FIELDS = (
-    "dataset",
-    "dataset_path",
-    "input_len",
-    "output_len",
-    "num_prompts",
-    "concurrency",
-    "request_rate",
-    "burstiness",
-    "ignore_eos",
-    "temperature",
-    "seed",
-)
-
-
 @dataclass
 class RunSpec:
     """Everything needed to execute one run: server, workload, GPUs, port and limits.
@@ -158,11 +127,12 @@ class RunSpec:
         forbid sharing a server (engine, build, model, drafter, method, k, tree budget, TP,
         dtype, max_model_len, load format, prefix caching, extra args, env, endpoint), the
         workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
-        temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup."""
+        temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup.
+        Which fields: `benchkit.point.spec_fields` (the point's field groups)."""
         s, w = self.server, self.workload
         return {
-            "server": {f: getattr(s, f) for f in _POINT_SERVER_FIELDS},
-            "workload": {f: getattr(w, f) for f in _POINT_WORKLOAD_FIELDS},
+            "server": {f: getattr(s, f) for f in spec_fields(SERVER)},
+            "workload": {f: getattr(w, f) for f in spec_fields(WORKLOAD)},
             "repeat": self.repeat_index,
         }
 
