@@ -40,7 +40,8 @@ def median(values: Iterable[float | None]) -> float | None:
     """The median of the known values (None skipped) as a float: the middle one, or the mean of
     the two middle ones for an even count; None when no value is known. Plain Python: a page
     takes thousands of medians of a few repeats, where numpy's per-call cost dominates."""
-    s = sorted(v for v in values if v is not None)
+    s = [v for v in values if v is not None]
+    s.sort()
     n = len(s)
     if not n:
         return None
