@@ -178,10 +178,8 @@ TREND_NIGHTS_DEFAULT, TREND_NIGHTS_MAX = 30, 90
 TREND_DEFAULT_ROWS = 3
 
 
-def _sweep_of(request: HttpRequest, name: str) -> Sweep | None:
-    """The sweep whose id the query gives as `name` (None when absent; 404 when there is none;
-    QueryError for a value that is not an id)."""
-    pk = filters.sweep_id(request.GET, name)
+def _sweep_or_404(pk: int | None) -> Sweep | None:
+    """The sweep `pk` with its host (None for None; 404 when there is none)."""
     return None if pk is None else get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
 
 
@@ -206,8 +204,11 @@ def home_data(request: HttpRequest) -> JsonResponse:
 
 def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> dict | None:
     """(old, new) from `?old=ID&new=ID`; `new` defaults to the newest sweep of the newest series,
-    `old` to the sweep before `new` in its series. None when there is nothing to compare."""
-    new, old = _sweep_of(request, "new"), _sweep_of(request, "old")
+    `old` to the sweep before `new` in its series. None when there is nothing to compare.
+    The query is read first: a bad value is QueryError whatever is stored."""
+    new_id, old_id = filters.sweep_id(request.GET, "new"), filters.sweep_id(request.GET, "old")
+    chosen = filters.parse_history_filters(request.GET)
+    new, old = _sweep_or_404(new_id), _sweep_or_404(old_id)
     if new is None:
         latest = selectors.latest_per_series(limit=1)
         new = latest[0] if latest else None
@@ -218,7 +219,6 @@ def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> di
         if old is None:
             return None
         old = Sweep.objects.select_related("host").get(pk=old.pk)
-    chosen = filters.parse_history_filters(request.GET)
     snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
     points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, chosen, snaps, gpus=False)
     old_pk, new_pk = old.pk, new.pk
@@ -241,15 +241,21 @@ def compare(request: HttpRequest) -> HttpResponse:
     return render(request, "analysis/compare.html", ctx or {"data": None})
 
 
-def compare_data(request: HttpRequest) -> JsonResponse:
-    """The compare page's data as JSON (404 when there are not two sweeps to compare)."""
+def _history_data(request: HttpRequest, context, missing: str) -> HttpResponse:
+    """A history page's JSON endpoint: the `data` of `context(request)`; 400 for a bad query,
+    404 with `missing` when there is nothing to show."""
     try:
-        ctx = _compare_context(request)
+        ctx = context(request)
     except QueryError as exc:
         return bad_query(exc)
     if ctx is None:
-        raise Http404("no two sweeps to compare: give ?old=ID&new=ID")
+        raise Http404(missing)
     return JsonResponse(ctx["data"])
+
+
+def compare_data(request: HttpRequest) -> HttpResponse:
+    """The compare page's data as JSON (404 when there are not two sweeps to compare)."""
+    return _history_data(request, _compare_context, "no two sweeps to compare: give ?old=ID&new=ID")
 
 
 def _default_filters(facets: dict[str, list]) -> dict[str, list]:
@@ -266,6 +272,10 @@ def _default_filters(facets: dict[str, list]) -> dict[str, list]:
 
 
 def _trend_context(request: HttpRequest) -> dict | None:
+    """The trend page of `?host=NAME&series=SWEEP_NAME` (default: the newest series), None when
+    nothing is stored. The query is read first: a bad value is QueryError whatever is stored."""
+    nights_n = filters.whole_number(request.GET, "nights", TREND_NIGHTS_DEFAULT, 1, TREND_NIGHTS_MAX)
+    asked = filters.parse_history_filters(request.GET)
     host_name, name = request.GET.get("host", "").strip(), request.GET.get("series", "").strip()
     if not host_name or not name:
         latest = selectors.latest_per_series(limit=1)
@@ -274,12 +284,11 @@ def _trend_context(request: HttpRequest) -> dict | None:
         host, name = latest[0].host, latest[0].name
     else:
         host = get_object_or_404(Host, name=host_name)
-    nights_n = filters.whole_number(request.GET, "nights", TREND_NIGHTS_DEFAULT, 1, TREND_NIGHTS_MAX)
     nights = selectors.series_sweeps(host.pk, name, limit=nights_n)
     if not nights:
         raise Http404(f"no sweep named {name!r} on host {host.name}")
     facets = selectors.facet_values([nights[-1].pk])
-    chosen = filters.parse_history_filters(request.GET) or _default_filters(facets)
+    chosen = asked or _default_filters(facets)
     snaps = selectors.snapshot_history([host.pk])
     points = selectors.history_points([n.pk for n in nights], (SPEED_FIELD,), chosen, snaps)
     flags = selectors.series_regression_flags(host.pk, name, [n.pk for n in nights])
@@ -298,12 +307,6 @@ def trend(request: HttpRequest) -> HttpResponse:
     return render(request, "analysis/trend.html", ctx or {"data": None})
 
 
-def trend_data(request: HttpRequest) -> JsonResponse:
+def trend_data(request: HttpRequest) -> HttpResponse:
     """The trend page's data as JSON."""
-    try:
-        ctx = _trend_context(request)
-    except QueryError as exc:
-        return bad_query(exc)
-    if ctx is None:
-        raise Http404("no series yet")
-    return JsonResponse(ctx["data"])
+    return _history_data(request, _trend_context, "no series yet")
