@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, InitVar, dataclass, field, fields
 from functools import lru_cache
 from operator import attrgetter
@@ -190,9 +190,9 @@ class Point(_Figures):
         return _config(self)
 
     def env_key(self) -> tuple:
-        """ENV fields, in declaration order ("" for an unknown value): what two sweeps' points must
-        share to be compared."""
-        return tuple(v or "" for v in _env(self))
+        """ENV fields, in declaration order ("" for an unknown value, as the record keeps it): what
+        two sweeps' points must share to be compared."""
+        return _env(self)
 
     def shape_key(self) -> tuple:
         """SHAPE_FIELDS: the grid cell but for the decoding configuration."""
@@ -281,10 +281,29 @@ _grid = attrgetter(*GRID_FIELDS)
 
 class _Builder(_Figures):
     """Same slots as Point, mutable: `build_points` fills one with plain attribute stores and then
-    makes it a Point (`__class__` assignment between equal slot layouts), which costs a third of
-    the frozen dataclass's per-field `object.__setattr__` calls (a sweep page builds thousands)."""
+    makes it a Point (`__class__` assignment between equal slot layouts), instead of the frozen
+    dataclass's `object.__setattr__` call per field (a history page builds ten thousand points)."""
 
     __slots__ = Point.__slots__
+
+
+@lru_cache(maxsize=64)
+def _row_builder(config_fields: tuple[str, ...], figure_names: tuple[str, ...]) -> Callable[..., list[Point]]:
+    """A function rows -> points for rows of `config_fields` then `figure_names`: the loop of
+    `build_points` written out for these names (as dataclasses and namedtuple write their
+    __init__), one unpacking assignment per row. The names are checked identifiers of the
+    record and the schema."""
+    names = (*config_fields, *figure_names)
+    defaults = {f.name: f.default for f in _FIELDS if f.name not in config_fields}
+    lines = ["def build(rows):", "    out = []", "    for row in rows:", "        p = new(Builder)",
+             f"        ({', '.join(f'p.{n}' for n in names)},) = row"]
+    lines += [f"        p.{n} = default_{n}" for n in defaults]
+    lines += ["        p.label = label(p.method, p.num_speculative_tokens, p.tree_budget)",
+              "        p.__class__ = Point", "        out.append(p)", "    return out"]
+    scope: dict[str, Any] = {"new": _Builder.__new__, "Builder": _Builder, "Point": Point, "label": _label,
+                             **{f"default_{n}": v for n, v in defaults.items()}}
+    exec("\n".join(lines), scope)  # noqa: S102 (names are the record's fields and the schema's figures)
+    return scope["build"]
 
 
 def build_points(config_fields: Sequence[str], figure_names: Sequence[str], rows: Iterable[Sequence[Any]]
@@ -292,24 +311,14 @@ def build_points(config_fields: Sequence[str], figure_names: Sequence[str], rows
     """Points from rows of values: each row holds `config_fields` (names of RECORD_FIELDS) then
     `figure_names` (FIGURE_NAMES), in that order; the record fields not named take their defaults.
     The one way points are made from stored data (runs.selectors.load_points calls it); equal to
-    `Point(**config, figures_=figures)` per row. Raises KeyError naming an unknown name."""
+    `Point(**config, figures_=figures)` per row. Raises KeyError naming an unknown name and
+    ValueError for a row of another length."""
     for name in config_fields:
         if name not in FIELD_GROUP:
             raise KeyError(f"not a field of a point: {name!r}")
     for name in figure_names:
         if name not in _FIGURE_SET:
             raise KeyError(f"not a figure of a point: {name!r}")
-    defaults = {f.name: f.default for f in _FIELDS if f.name not in config_fields}
-    names = (*config_fields, *figure_names)
-    out = []
-    new, point_class = _Builder.__new__, Point
-    for row in rows:
-        p = new(_Builder)
-        for name, value in defaults.items():
-            setattr(p, name, value)
-        for name, value in zip(names, row, strict=True):
-            setattr(p, name, value)
-        p.label = _label(p.method, p.num_speculative_tokens, p.tree_budget)
-        p.__class__ = point_class
-        out.append(p)
-    return out
+    if not config_fields and not figure_names:
+        return [Point() for _ in rows]
+    return _row_builder(tuple(config_fields), tuple(figure_names))(rows)

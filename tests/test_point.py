@@ -80,3 +80,6 @@ def test_rows_build_the_same_points_as_the_constructor():
     assert type(built[0]) is Point and [p.label for p in built] == ["b15", "auto"]
     with pytest.raises(KeyError, match="not a field of a point: 'gpus'"):
         build_points(("gpus",), (), [])
+    with pytest.raises(ValueError, match="too many values"):
+        build_points(("run_id",), (), [(1, 2)])
+    assert build_points((), (), [(), ()]) == [Point(), Point()]
