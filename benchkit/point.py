@@ -107,8 +107,8 @@ def _label(method: str, k: int | None, budget: int | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Point(_Figures):
     """One counted run: its configuration (the groups of the module docstring; every field has a
-    default, so a test may name only what it needs) and the figures given in `figures`
-    ({FIGURE_NAMES entry: value}; KeyError for another name). `label` is the decoding
+    default, so a test may name only what it needs) and the figures given in `figures_`
+    ({FIGURE_NAMES entry: value}; KeyError for another name; `build_points` for stored rows). `label` is the decoding
     configuration's label (benchkit.methods.method_label: `auto`, `linear`, `b15`,
     `draft_model k=4`), computed from `method`, `num_speculative_tokens` and `tree_budget`.
 
