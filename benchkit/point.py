@@ -29,11 +29,11 @@ Each field's metadata also says which keys it belongs to, and the keys are read 
   and input length), empty values last. AXIS fields are also a sweep's filter dimensions; the
   AXIS fields outside the decoding configuration (`SHAPE_FIELDS`) are where a missing baseline
   is looked for; FILTER fields are what the history pages filter runs by.
-- `spec`: the part of a RunSpec that holds the field (`server` / `workload`), read by
-  `benchkit.specs.RunSpec.point_fields` (the stored `point_key` of a run): with
-  `SPEC_ONLY_FIELDS`, the fields that define a measurement but are not on the record (they stay
-  in the run's stored spec). A server start's key (`RunSpec.server_key`) is every ServerConfig
-  field plus the GPUs and a pinned port: it does not apply to a stored point.
+- Which fields of a RunSpec define a measurement (its stored `point_key`, with options the record
+  does not carry: dtype, extra args, burstiness, ...) is the RunSpec's own metadata
+  (`benchkit.specs._defines`); every IDENTITY field is one of them (tests/test_point.py). A server
+  start's key (`RunSpec.server_key`) is every ServerConfig field plus the GPUs and a pinned
+  port: it does not apply to a stored point.
 
 The figures are the run's `benchkit.measure.metrics.WindowMetrics` fields (names with units:
 `output_throughput_tok_s`, `median_tpot_ms`, ...; None where unknown) plus the figures priced when
@@ -56,8 +56,6 @@ from benchkit.methods import method_label
 
 #: Keys a field may belong to (see the module docstring).
 IDENTITY, MATCH, CONFIG, ENV, AXIS, FILTER = "identity", "match", "config", "env", "axis", "filter"
-#: The RunSpec part that holds a field (benchkit.specs): its ServerConfig or its WorkloadSpec.
-SERVER, WORKLOAD = "server", "workload"
 
 #: The figure that says how fast a point is, and the one an end-to-end speedup divides
 #: (MEASUREMENT.md "Comparing runs"): output tok/s over the window.
@@ -68,9 +66,8 @@ PRICED_FIGURES = ("cost_usd_per_m_output_tokens", "price_usd_per_gpu_hour")
 FIGURE_NAMES: tuple[str, ...] = (*METRICS, *PRICED_FIGURES)
 
 
-def _field(group: str, *keys: str, default: Any = None, spec: str | None = None, header: str = "") -> Any:
-    return field(default=default, metadata={"group": group, "keys": frozenset(keys), "spec": spec,
-                                            "header": header})
+def _field(group: str, *keys: str, default: Any = None, header: str = "") -> Any:
+    return field(default=default, metadata={"group": group, "keys": frozenset(keys), "header": header})
 
 
 class _Figures:
@@ -116,29 +113,29 @@ class Point(_Figures):
     the run), not the figures. `dataclasses.replace` would drop the figures: use `replace`."""
 
     # engine
-    engine: str = _field("engine", IDENTITY, MATCH, default="", spec=SERVER)
+    engine: str = _field("engine", IDENTITY, MATCH, default="")
     engine_version: str = _field("engine", MATCH, ENV, default="")
-    engine_build: str = _field("engine", MATCH, ENV, default="", spec=SERVER)
+    engine_build: str = _field("engine", MATCH, ENV, default="")
     engine_commit: str = _field("engine", ENV, default="")
     # model
-    model: str = _field("model", IDENTITY, MATCH, default="", spec=SERVER)
-    drafter: str = _field("model", IDENTITY, CONFIG, default="", spec=SERVER)
+    model: str = _field("model", IDENTITY, MATCH, default="")
+    drafter: str = _field("model", IDENTITY, CONFIG, default="")
     # parallel
-    tp: int = _field("parallel", IDENTITY, MATCH, AXIS, FILTER, default=1, spec=SERVER, header="TP")
+    tp: int = _field("parallel", IDENTITY, MATCH, AXIS, FILTER, default=1, header="TP")
     # decoding
-    method: str = _field("decoding", IDENTITY, CONFIG, AXIS, FILTER, default="auto", spec=SERVER)
-    num_speculative_tokens: int | None = _field("decoding", IDENTITY, CONFIG, AXIS, spec=SERVER, header="k")
-    tree_budget: int | None = _field("decoding", IDENTITY, CONFIG, AXIS, spec=SERVER)
+    method: str = _field("decoding", IDENTITY, CONFIG, AXIS, FILTER, default="auto")
+    num_speculative_tokens: int | None = _field("decoding", IDENTITY, CONFIG, AXIS, header="k")
+    tree_budget: int | None = _field("decoding", IDENTITY, CONFIG, AXIS)
     # workload (None: not in an imported file)
-    concurrency: int | None = _field("workload", IDENTITY, MATCH, AXIS, FILTER, default=1, spec=WORKLOAD)
-    output_len: int | None = _field("workload", IDENTITY, MATCH, AXIS, FILTER, default=128, spec=WORKLOAD,
+    concurrency: int | None = _field("workload", IDENTITY, MATCH, AXIS, FILTER, default=1)
+    output_len: int | None = _field("workload", IDENTITY, MATCH, AXIS, FILTER, default=128,
                                     header="output tokens")
-    input_len: int | None = _field("workload", IDENTITY, MATCH, AXIS, FILTER, default=128, spec=WORKLOAD,
+    input_len: int | None = _field("workload", IDENTITY, MATCH, AXIS, FILTER, default=128,
                                    header="input tokens")
-    dataset: str = _field("workload", IDENTITY, MATCH, default="random", spec=WORKLOAD)
-    request_rate: float | None = _field("workload", IDENTITY, MATCH, spec=WORKLOAD)
-    temperature: float = _field("workload", IDENTITY, MATCH, default=0.0, spec=WORKLOAD)
-    seed: int = _field("workload", IDENTITY, MATCH, default=0, spec=WORKLOAD)
+    dataset: str = _field("workload", IDENTITY, MATCH, default="random")
+    request_rate: float | None = _field("workload", IDENTITY, MATCH)
+    temperature: float = _field("workload", IDENTITY, MATCH, default=0.0)
+    seed: int = _field("workload", IDENTITY, MATCH, default=0)
     # placement
     host_id: int | None = _field("placement", MATCH)
     gpu_uuids: tuple[str, ...] = _field("placement", MATCH, default=())
@@ -246,30 +243,6 @@ GRID_FIELDS = (*AXIS_FIELDS, "run_id")
 SHAPE_FIELDS = tuple(f for f in AXIS_FIELDS if f not in CONFIG_FIELDS)
 #: What a configuration label is made of (the decoding group).
 DECODING_FIELDS = GROUPS["decoding"]
-
-#: Fields of a RunSpec that define the measurement but are not on the record (name, group, spec
-#: part): the server's other start options and the workload's other settings.
-SPEC_ONLY_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("dtype", "server options", SERVER),
-    ("max_model_len", "server options", SERVER),
-    ("load_format", "server options", SERVER),
-    ("prefix_caching", "server options", SERVER),
-    ("extra_args", "server options", SERVER),
-    ("env", "server options", SERVER),
-    ("endpoint_url", "server options", SERVER),
-    ("dataset_path", "workload", WORKLOAD),
-    ("num_prompts", "workload", WORKLOAD),
-    ("burstiness", "workload", WORKLOAD),
-    ("ignore_eos", "workload", WORKLOAD),
-)
-
-
-def spec_fields(part: str) -> tuple[str, ...]:
-    """The fields of RunSpec part `part` (SERVER or WORKLOAD) that define a point: the record's
-    fields held there, then SPEC_ONLY_FIELDS of that part."""
-    return (*(f.name for f in _FIELDS if f.metadata["spec"] == part),
-            *(name for name, _, p in SPEC_ONLY_FIELDS if p == part))
-
 
 _identity = attrgetter(*IDENTITY_FIELDS)
 _match = attrgetter(*MATCH_FIELDS)
