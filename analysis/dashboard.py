@@ -7,12 +7,14 @@ from collections import defaultdict
 from typing import Any
 
 from analysis import figures
-from analysis.filters import Selection, SelectionError
-from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, compute_speedups, inconsistent_gpu_tps, median
+from analysis.filters import QueryError, Selection
+from benchkit.compare.speedups import Speedup, best_by, compute_speedups, inconsistent_gpu_tps
+from benchkit.compare.stats import median
 from benchkit.measure.gpu_validity import bit_names
 from benchkit.measure.gpu_window import NO_GPUS_NOTE
 from benchkit.measure.metrics import COALESCED_GAP_MS, COALESCED_NOTE_SHARE, LATENCY_METRICS, METRICS, STAT_NAMES
-from benchkit.methods import method_label, method_title
+from benchkit.methods import config_order, method_label, method_title
+from benchkit.point import DECODING_FIELDS, SHAPE_FIELDS, SPEED_FIELD, Point
 from benchkit.specs import RunSpec
 from benchkit.sweeps.fragment import point_sweep_file, spec_from_stored
 from runs.models import ACTIVE_STATES, RunState
@@ -20,66 +22,72 @@ from runs.selectors import counted_points
 
 #: Figures of the sweep page, in page order (each drawn into the element `fig-<key>`).
 SWEEP_FIGURES = ("speedup", "decomposition", "tp_scaling", "tradeoff")
-#: Columns of the point table data.json gives with `?points=1`.
-POINT_TABLE = ("run_id", "label", "tp", "concurrency", "output_len", "repeat_index", *figures.POINT_METRICS)
+#: Columns of the point table data.json gives with `?points=1`: the run, its configuration's
+#: label, where it sits in the grid (benchkit.point.SHAPE_FIELDS), its repeat and its figures.
+POINT_TABLE = ("run_id", "label", *SHAPE_FIELDS, "repeat_index", *figures.POINT_METRICS)
 
 
-def sweep_results(runs) -> tuple[list[dict[str, Any]], list]:
-    """(points, speedups vs auto) of a sweep's counted runs (loaded Run rows): only succeeded
-    runs count. Used by the exports."""
-    points = counted_points(runs)
+def sweep_results(runs, prices: dict[str, float | None] | None = None) -> tuple[list[Point], list[Speedup]]:
+    """(points, speedups vs auto) of a sweep's counted runs (loaded Run rows; only succeeded runs
+    count), priced at `prices` when given. Used by the exports."""
+    points = counted_points(runs, prices)
     return points, compute_speedups(points)
+
+
+def _decoding(d: dict[str, Any]) -> tuple:
+    """The decoding configuration (method, k, budget) of a dimension row."""
+    return tuple(d[f] for f in DECODING_FIELDS)
 
 
 def dimension_labels(dims: list[dict[str, Any]]) -> list[str]:
     """The configuration labels of a sweep's dimension rows (runs.selectors.sweep_dimensions),
-    in figures.config_order."""
-    pts = [{**d, "label": method_label(d["method"], d["num_speculative_tokens"], d["tree_budget"]), "drafter": ""}
-           for d in dims]
-    return figures.ordered_labels(pts)
+    in benchkit.methods.config_order."""
+    first = {method_label(*_decoding(d)): d for d in dims}
+    return sorted(first, key=lambda lab: config_order(*_decoding(first[lab])))
 
 
 def baseline_config(selection: Selection, dims: list[dict[str, Any]]) -> tuple[str, int | None, int | None]:
-    """The (method, k, budget) of the selection's baseline. Raises SelectionError (`baseline`)
+    """The (method, k, budget) of the selection's baseline. Raises QueryError (`baseline`)
     when no counted run of the sweep has that configuration (an empty sweep accepts `auto`)."""
     for d in dims:
-        cfg = (d["method"], d["num_speculative_tokens"], d["tree_budget"])
+        cfg = _decoding(d)
         if method_label(*cfg) == selection.baseline:
             return cfg
     if selection.baseline == "auto":
         return ("auto", None, None)
     present = ", ".join(dimension_labels(dims)) or "none"
-    raise SelectionError("baseline", f"{selection.baseline!r} is not a configuration of this sweep's counted runs "
+    raise QueryError("baseline", f"{selection.baseline!r} is not a configuration of this sweep's counted runs "
                                      f"(present: {present})")
 
 
-def sweep_figures(points: list[dict[str, Any]], selection: Selection) -> tuple[dict[str, Any], list[Speedup]]:
+def sweep_figures(points: list[Point], selection: Selection) -> tuple[dict[str, Any], list[Speedup]]:
     """({figure key: figure dict} of SWEEP_FIGURES, speedups) for the points of a selection.
 
     `points` may hold the baseline's and auto's runs beyond the method filter (Selection.load_kwargs);
     speedups are computed over all of them, the figures show the selected configurations (the
     heatmap also the baseline's row)."""
     speedups = compute_speedups(points, selection.baseline)
-    by_run = {p["run_id"]: p for p in points}
+    by_run = {p.run_id: p for p in points}
     shown = [p for p in points if selection.shows(p)]
-    shown_sp = [sp for sp in speedups if sp.label == selection.baseline or selection.shows(by_run[sp.run_ids[0]])]
+    shown_sp = [sp for sp in speedups if sp.label == selection.baseline or selection.shows(sp.point)]
     figs = {
         "speedup": figures.speedup_heatmap(shown_sp, by_run, selection.baseline),
         "decomposition": figures.decomposition_figure([p for p in points if selection.shows(p)
-                                                       or p["method"] == "auto"]),
+                                                       or p.method == "auto"]),
         "tp_scaling": figures.tp_scaling_figure(shown),
         "tradeoff": figures.tradeoff_figure(shown),
     }
     return figs, speedups
 
 
-def sweep_data(sweep, points: list[dict[str, Any]], selection: Selection, with_points: bool = False) -> dict[str, Any]:
+def sweep_data(sweep, points: list[Point], selection: Selection, with_points: bool = False) -> dict[str, Any]:
     """The sweep's JSON endpoint: {"sweep", "selection", "figures", "inconsistent_tps",
     "throughput_y"}, plus the point table {"columns": POINT_TABLE, "rows": [[...]]} of the shown
     runs when `with_points`. `throughput_y`: {"options": [{"key", "label"}], "figures": {key:
     the throughput (TP scaling) figure with that y-axis}} for the keys of figures.THROUGHPUT_Y
     (output tok/s, output tok/s per GPU, J per output token, USD per million output tokens;
-    the points need figures.EFFICIENCY_POINT_FIELDS and runs.selectors.add_costs)."""
+    the points need figures.EFFICIENCY_POINT_FIELDS and the priced figures: runs.selectors.figure_points
+    with prices)."""
     figs, _ = sweep_figures(points, selection)
     shown = [p for p in points if selection.shows(p)]
     out: dict[str, Any] = {
@@ -93,11 +101,11 @@ def sweep_data(sweep, points: list[dict[str, Any]], selection: Selection, with_p
     }
     if with_points:
         out["points"] = {"columns": POINT_TABLE,
-                         "rows": [[p[c] for c in POINT_TABLE] for p in points if selection.shows(p)]}
+                         "rows": [[getattr(p, c) for c in POINT_TABLE] for p in points if selection.shows(p)]}
     return out
 
 
-def headline(speedups: list[Speedup], points: list[dict[str, Any]], selection: Selection) -> dict[str, Any] | None:
+def headline(speedups: list[Speedup], points: list[Point], selection: Selection) -> dict[str, Any] | None:
     """The answer in words, at the largest output length selected: per TP degree and concurrency
     level the fastest configuration relative to the baseline (`best_by`: by speed), and per
     concurrency level the fastest (configuration, TP) in output tok/s. None without points.
@@ -107,21 +115,20 @@ def headline(speedups: list[Speedup], points: list[dict[str, Any]], selection: S
     shown = [p for p in points if selection.shows(p)]
     if not shown:
         return None
-    out_len = figures.highest(p["output_len"] for p in shown)
-    by_run = {p["run_id"]: p for p in points}
-    sps = [sp for sp in speedups if sp.field("output_len") == out_len and sp.label != selection.baseline
-           and selection.shows(by_run[sp.run_ids[0]])]
-    best = best_by(sps, lambda sp: (sp.field("tp"), sp.field("concurrency")))
-    concs = sorted({p["concurrency"] for p in shown if p["output_len"] == out_len}, key=figures.nulls_last)
-    tps = sorted({p["tp"] for p in shown if p["output_len"] == out_len})
+    out_len = figures.highest(p.output_len for p in shown)
+    sps = [sp for sp in speedups if sp.point.output_len == out_len and sp.label != selection.baseline
+           and selection.shows(sp.point)]
+    best = best_by(sps, lambda sp: (sp.point.tp, sp.point.concurrency))
+    concs = sorted({p.concurrency for p in shown if p.output_len == out_len}, key=figures.nulls_last)
+    tps = sorted({p.tp for p in shown if p.output_len == out_len})
     rows = [{"tp": tp, "cells": [best.get((tp, c)) for c in concs]} for tp in tps]
-    medians: dict[tuple, list[dict]] = defaultdict(list)
+    medians: dict[tuple, list[Point]] = defaultdict(list)
     for p in shown:
-        if p["output_len"] == out_len and p[SPEED_FIELD] is not None:
-            medians[(p["concurrency"], p["label"], p["tp"])].append(p)
+        if p.output_len == out_len and getattr(p, SPEED_FIELD) is not None:
+            medians[(p.concurrency, p.label, p.tp)].append(p)
     fastest = []
     for c in concs:
-        cands = [(median([q[SPEED_FIELD] for q in ps]), lab, tp, [q["run_id"] for q in ps])
+        cands = [(median(getattr(q, SPEED_FIELD) for q in ps), lab, tp, [q.run_id for q in ps])
                  for (cc, lab, tp), ps in medians.items() if cc == c]
         if cands:
             tok_s, lab, tp, runs = max(cands, key=lambda t: t[0])
@@ -137,15 +144,15 @@ def config_table(state_rows: list[dict[str, Any]]) -> dict[str, Any]:
     cells: dict[tuple[str, int], dict[str, Any]] = {}
     first: dict[str, dict] = {}
     for r in state_rows:
-        label = method_label(r["method"], r["num_speculative_tokens"], r["tree_budget"])
-        first.setdefault(label, {**r, "drafter": ""})
+        label = method_label(*_decoding(r))
+        first.setdefault(label, r)
         cell = cells.setdefault((label, r["tp"]), {"tp": r["tp"], "succeeded": 0, "failed": 0, "invalidated": 0,
                                                    "pending": 0, "total": 0})
         key = r["state"] if r["state"] in (RunState.SUCCEEDED, RunState.FAILED, RunState.INVALIDATED) else "pending"
         cell[key] += r["n"]
         cell["total"] += r["n"]
     tps = sorted({tp for _, tp in cells})
-    labels = sorted(first, key=lambda lab: figures.config_order(first[lab]))
+    labels = sorted(first, key=lambda lab: config_order(*_decoding(first[lab])))
     return {"tps": tps, "rows": [{"label": lab, "title": method_title(first[lab]["method"]),
                                   "cells": [cells.get((lab, tp)) for tp in tps]} for lab in labels]}
 
@@ -154,8 +161,8 @@ def config_legend(dims: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(label, what it means) per configuration family present, e.g. ("b15, b16", "DDTree with
     that tree budget"), for readers who do not know the users' labels (benchkit.methods)."""
     seen: dict[str, list[str]] = {}
-    for lab, d in sorted(((method_label(d["method"], d["num_speculative_tokens"], d["tree_budget"]), d) for d in dims),
-                         key=lambda t: figures.config_order({**t[1], "drafter": ""})):
+    for lab, d in sorted(((method_label(*_decoding(d)), d) for d in dims),
+                         key=lambda t: config_order(*_decoding(t[1]))):
         seen.setdefault(d["method"], [])
         if lab not in seen[d["method"]]:
             seen[d["method"]].append(lab)
@@ -194,7 +201,7 @@ def filter_options(dims: list[dict[str, Any]], selection: Selection) -> dict[str
             "baseline": [{"value": lab, "selected": lab == selection.baseline} for lab in labels or ["auto"]]}
 
 
-def build_sweep_page(points: list[dict[str, Any]], dims: list[dict[str, Any]], selection: Selection,
+def build_sweep_page(points: list[Point], dims: list[dict[str, Any]], selection: Selection,
                      state_rows: list[dict[str, Any]], failures: dict[str, int]) -> dict[str, Any]:
     """Context of the sweep page besides its figures (which the page's script reads from the
     JSON endpoint): the headline, the per-configuration run table, the filter form, the

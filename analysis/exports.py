@@ -16,19 +16,24 @@ import pandas as pd
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
 from benchkit.measure.metrics import METRICS, SUMMARY_FIELDS
+from benchkit.point import FIELD_GROUP, HEADERS, PRICED_FIGURES, SHAPE_FIELDS, Point
 from runs.selectors import cost_of, window_of
 
 #: Efficiency fields of the metric schema in the CSV / LaTeX table (output tokens only).
 EFFICIENCY_COLUMNS = ("output_tok_s_per_gpu", "mean_power_w_per_gpu", "peak_power_w_per_gpu",
                       "energy_per_output_token_j", "energy_source", "output_tok_s_per_kw")
 
-#: (point key, column header): the run's configuration, its speedup, then the schema's summary
-#: metrics (benchkit.measure.metrics.SUMMARY_FIELDS, headed with their label and unit), the
-#: efficiency figures, and the cost per million output tokens with the GPU-hour price it used
-#: (priced when exported: runs.selectors.add_costs).
+#: The point's values in the table: the run, its configuration's label, where it sits in the
+#: grid (benchkit.point.SHAPE_FIELDS); then the schema's summary metrics
+#: (benchkit.measure.metrics.SUMMARY_FIELDS), the efficiency figures and the cost per million
+#: output tokens with the GPU-hour price it used (priced when exported: the points carry
+#: benchkit.point.PRICED_FIGURES, runs.selectors.counted_points with prices).
+_POINT_COLUMNS = ("run_id", "label", *SHAPE_FIELDS)
+_FIGURE_COLUMNS = (*(f.name for f in SUMMARY_FIELDS), *EFFICIENCY_COLUMNS, *PRICED_FIGURES)
+#: (column key, header): the point's values, its speedup and the baseline runs, then its figures.
 COLUMNS = [
-    ("run_id", "run"), ("label", "method"), ("tp", "TP"), ("concurrency", "concurrency"),
-    ("output_len", "output tokens"), ("speedup", "speedup"), ("baseline_run_ids", "baseline run"),
+    ("run_id", HEADERS["run_id"]), ("label", "method"), *((f, HEADERS[f]) for f in SHAPE_FIELDS),
+    ("speedup", "speedup"), ("baseline_run_ids", "baseline run"),
     *((f.name, f.header) for f in SUMMARY_FIELDS),
     *((name, METRICS[name].header) for name in EFFICIENCY_COLUMNS),
     ("cost_usd_per_m_output_tokens", "cost per million output tokens (USD/Mtok)"),
@@ -36,15 +41,16 @@ COLUMNS = [
 ]
 
 
-def sweep_table(points: list[dict[str, Any]], speedups: list[Speedup]) -> pd.DataFrame:
-    """One row per counted run: configuration, output tok/s, the speedup of its configuration
-    (median over repeats) and the baseline runs it was computed against."""
+def sweep_table(points: list[Point], speedups: list[Speedup]) -> pd.DataFrame:
+    """One row per counted run: configuration, figures, the speedup of its configuration
+    (median over repeats) and the baseline runs it was computed against. The points need every
+    figure of COLUMNS, the priced ones included."""
     by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
     rows = []
     for p in points:
-        sp = by_run.get(p["run_id"])
+        sp = by_run.get(p.run_id)
         rows.append({
-            **{k: p.get(k) for k, _ in COLUMNS if k in p},
+            **{k: getattr(p, k) for k in (*_POINT_COLUMNS, *_FIGURE_COLUMNS)},
             "speedup": round(sp.value, 4) if sp and sp.value is not None else None,
             "baseline_run_ids": " ".join(map(str, sp.baseline_run_ids)) if sp else "",
         })
@@ -54,7 +60,7 @@ def sweep_table(points: list[dict[str, Any]], speedups: list[Speedup]) -> pd.Dat
 
 
 #: Workload columns an imported run may not know (NULL: "not in the file").
-WORKLOAD_COLUMNS = ("concurrency", "output_len")
+WORKLOAD_COLUMNS = tuple(f for f in SHAPE_FIELDS if FIELD_GROUP[f] == "workload")
 NOT_IN_FILE = "not in the file"
 
 

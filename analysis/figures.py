@@ -1,7 +1,7 @@
 """Pure figure builders: query results in, Plotly figure dicts out (JSON-ready).
 
-Each builder takes plain data (point dicts, see runs.selectors.figure_points; Speedups, see
-benchkit.compare.speedups) and returns either a figure `{"data": [...], "layout": {...},
+Each builder takes plain data (points, benchkit.point.Point, as runs.selectors.figure_points loads
+them; Speedups and step costs, benchkit.compare.speedups) and returns either a figure `{"data": [...], "layout": {...},
 "title": str, "caption": str}` (data and layout in plotly.js's schema; the page prints title
 and caption as text above the plot), or `{"empty": reason, "title": str}` when there is nothing
 honest to draw (the page then prints the reason instead of empty axes). Templates and the sweep
@@ -28,13 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from benchkit.compare.speedups import SPEED_FIELD, Speedup, best_by, match_key, median
-from benchkit.methods import METHOD_NAMES
+from benchkit.compare.speedups import Speedup, best_by, relative_step_costs
+from benchkit.compare.stats import median
+from benchkit.methods import config_order as _method_order
+from benchkit.point import SPEED_FIELD, Point
 
 #: WindowMetrics fields the sweep figures read (runs.selectors.figure_points loads only these).
 POINT_METRICS = (SPEED_FIELD, "median_tpot_ms", "median_ttft_ms", "acceptance_length", "mean_tokens_per_chunk")
 #: WindowMetrics fields the throughput figure's other y-axes need (cost is priced from the last
-#: two when read: runs.selectors.add_costs).
+#: two when read: runs.selectors.figure_points with prices).
 EFFICIENCY_POINT_FIELDS = ("output_tok_s_per_gpu", "energy_per_output_token_j", "duration_s", "total_output_tokens")
 #: The throughput figure's y-axis choices (the sweep page's switch; data.json "throughput_y"):
 #: key -> (point field, axis title, hover format, why a point may lack it). Every figure counts
@@ -50,10 +52,6 @@ THROUGHPUT_Y: dict[str, tuple[str, str, str, str]] = {
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 _PANEL_GAP = 0.06
-#: Methods in display order: autoregressive first, then the DFlash family the users compare
-#: (linear, DDTree by budget), then the others in the method table's order.
-_METHOD_RANK = {m: i for i, m in enumerate(("auto", "linear", "ddtree",
-                                            *(m for m in METHOD_NAMES if m not in ("auto", "linear", "ddtree"))))}
 _CATEGORICAL = ["#e45756", "#54a24b", "#b279a2", "#f58518", "#9d755d", "#eeca3b", "#ff9da6", "#72b7b2"]
 _BUDGET_RAMP = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b"]
 
@@ -63,32 +61,31 @@ def empty(title: str, reason: str) -> dict[str, Any]:
     return {"empty": reason, "title": title}
 
 
-def config_order(p: dict[str, Any]) -> tuple:
-    """Sort key of a point's decoding configuration: auto, linear, DDTree by budget, then the
-    other methods in the method table's order, each by k, then drafter."""
-    return (_METHOD_RANK.get(p["method"], len(_METHOD_RANK)), p["method"], p.get("tree_budget") or 0,
-            p.get("num_speculative_tokens") or 0, p.get("drafter") or "")
+def config_order(p: Point) -> tuple:
+    """Sort key of a point's decoding configuration (benchkit.methods.config_order): auto, linear,
+    DDTree by budget, then the other methods in the method table's order, each by k, then drafter."""
+    return _method_order(p.method, p.num_speculative_tokens, p.tree_budget, p.drafter)
 
 
-def ordered_labels(points: Iterable[dict[str, Any]]) -> list[str]:
+def ordered_labels(points: Iterable[Point]) -> list[str]:
     """The configuration labels among `points`, in `config_order`."""
-    first: dict[str, dict] = {}
+    first: dict[str, Point] = {}
     for p in points:
-        first.setdefault(p["label"], p)
+        first.setdefault(p.label, p)
     return sorted(first, key=lambda lab: config_order(first[lab]))
 
 
-def config_colours(points: Iterable[dict[str, Any]]) -> dict[str, str]:
+def config_colours(points: Iterable[Point]) -> dict[str, str]:
     """{label: colour}: auto dark grey, DDTree budgets a blue ramp (light = small budget), every
     other configuration a distinct categorical colour."""
-    first: dict[str, dict] = {}
+    first: dict[str, Point] = {}
     for p in points:
-        first.setdefault(p["label"], p)
+        first.setdefault(p.label, p)
     labels = sorted(first, key=lambda lab: config_order(first[lab]))
-    budgets = [lab for lab in labels if first[lab]["method"] == "ddtree"]
+    budgets = [lab for lab in labels if first[lab].method == "ddtree"]
     out, k = {}, 0
     for lab in labels:
-        if first[lab]["method"] == "auto":
+        if first[lab].method == "auto":
             out[lab] = "#333333"
         elif lab in budgets:
             i = budgets.index(lab)
@@ -123,11 +120,6 @@ def highest(values: Iterable[Any]) -> Any:
 def _num(x: float | None, digits: int = 4) -> float | None:
     """A JSON-safe rounded float (None for unknown or non-finite: JSON has no NaN)."""
     return None if x is None or not math.isfinite(x) else round(float(x), digits)
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return median(vals) if vals else None
 
 
 def _fmt(x: float | None, spec: str = ".1f", unknown: str = "unknown") -> str:
@@ -199,10 +191,10 @@ def _figure(data: list[dict], layout: dict[str, Any], title: str, caption: str =
     return {"data": data, "layout": layout, "title": title, "caption": caption}
 
 
-def _selection_note(points: list[dict[str, Any]], field: str, chosen: Any, what: str) -> str:
+def _selection_note(points: list[Point], field: str, chosen: Any, what: str) -> str:
     """'; also measured at <what> a, b (filter to show one)' when `points` hold other values of
     `field` than the one a figure shows."""
-    others = sorted({p[field] for p in points} - {chosen}, key=nulls_last)
+    others = sorted({getattr(p, field) for p in points} - {chosen}, key=nulls_last)
     if not others:
         return ""
     return f"; also measured at {what} {', '.join(map(shown, others))} (filter to show one)"
@@ -212,7 +204,7 @@ def _selection_note(points: list[dict[str, Any]], field: str, chosen: Any, what:
 # speedup heatmap
 
 
-def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, Any]], baseline: str) -> dict[str, Any]:
+def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], baseline: str) -> dict[str, Any]:
     """Heatmaps of speedup vs `baseline`: one panel per (concurrency, output length), rows =
     decoding configuration (`config_order`, baseline first), columns = TP degree.
 
@@ -232,19 +224,19 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
         why = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:3])
         return empty(title, f"No speedup to show: {why or 'no counted runs'}. A speedup needs a {baseline} run "
                             "with the same engine build, model, GPUs, TP and workload (MEASUREMENT.md).")
-    first = {sp.label: points_by_run[sp.run_ids[0]] for sp in speedups}
+    first = {sp.label: sp.point for sp in speedups}
     labels = sorted(first, key=lambda lab: (lab != baseline, config_order(first[lab])))
-    panels = sorted({(sp.field("concurrency"), sp.field("output_len")) for sp in speedups},
+    panels = sorted({(sp.point.concurrency, sp.point.output_len) for sp in speedups},
                     key=lambda cl: (nulls_last(cl[0]), nulls_last(cl[1])))
-    tps = sorted({sp.field("tp") for sp in speedups})
+    tps = sorted({sp.point.tp for sp in speedups})
     several_len = len({ol for _, ol in panels}) > 1
     cells: dict[tuple, Speedup] = {}
     for sp in speedups:
-        cell = (sp.field("concurrency"), sp.field("output_len"), sp.label, sp.field("tp"))
+        cell = (sp.point.concurrency, sp.point.output_len, sp.label, sp.point.tp)
         have = cells.get(cell)
         if have is None or (have.value is None and sp.value is not None) or sp.n_repeats > have.n_repeats:
             cells[cell] = sp  # several match keys in one cell (other GPUs / engine version): the fullest
-    best = best_by(cells.values(), lambda sp: (sp.field("concurrency"), sp.field("output_len"), sp.field("tp")))
+    best = best_by(cells.values(), lambda sp: (sp.point.concurrency, sp.point.output_len, sp.point.tp))
     n_cols = min(len(panels), 4)
     n_rows = math.ceil(len(panels) / n_cols)
     height = 90 + n_rows * (80 + 34 * len(labels))
@@ -261,9 +253,8 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
                 if sp is None:
                     zr.append(None), tr.append(""), hr.append(f"{lab} · TP{tp}: not measured"), cr.append({"runs": []})
                     continue
-                p = points_by_run[sp.run_ids[0]]
-                tau = _median(points_by_run[r].get("acceptance_length") for r in sp.run_ids)
-                base_tps = _median(points_by_run[r][SPEED_FIELD] for r in sp.baseline_run_ids)
+                tau = median(points_by_run[r].acceptance_length for r in sp.run_ids)
+                base_tps = sp.end_to_end.baseline_median
                 is_best = best.get((conc, out_len, tp)) is sp
                 if sp.value is None:
                     zr.append(None)
@@ -283,7 +274,7 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
                         r_i, c_i = labels.index(lab), tps.index(tp)
                         shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": c_i - 0.48, "x1": c_i + 0.48,
                                        "y0": r_i - 0.46, "y1": r_i + 0.46, "line": {"color": "#111", "width": 2.5}})
-                cr.append({"runs": sp.run_ids, "engine": p["engine"]})
+                cr.append({"runs": sp.run_ids, "engine": sp.point.engine})
             z.append(zr), text.append(tr), hover.append(hr), custom.append(cr)
         data.append({"type": "heatmap", "x": x, "y": labels, "z": z, "text": text, "texttemplate": "%{text}",
                      "hovertext": hover, "hoverinfo": "text", "customdata": custom, "coloraxis": "coloraxis",
@@ -308,7 +299,7 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, dict[str, 
 # speedup decomposition
 
 
-def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
+def decomposition_figure(points: list[Point]) -> dict[str, Any]:
     """Why a configuration wins, per TP degree (one row each), at the lowest concurrency and the
     largest output length of `points`:
 
@@ -317,8 +308,8 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
       side by side (median over repeats);
     - right: relative cost of one decoding step, step time / autoregressive TPOT, where step
       time = TPOT x tau (tau from the counters, else the client's tokens per chunk), against the
-      matched `auto` run (same match key). speedup ~= tau / relative cost: a larger budget accepts
-      more but each step costs more.
+      matched `auto` run (benchkit.compare.speedups.relative_step_costs; median over repeats).
+      speedup ~= tau / relative cost: a larger budget accepts more but each step costs more.
 
     Empty with a reason when no speculative configuration is selected or no point has an
     acceptance length from either source; notes inside the figure say when the counters are
@@ -327,37 +318,34 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     title = "Why a configuration wins: acceptance length τ against the cost of one decoding step"
     if not points:
         return empty(title, "No counted runs in this selection.")
-    conc = lowest(p["concurrency"] for p in points)
-    out_len = highest(p["output_len"] for p in points if p["concurrency"] == conc)
-    sel = [p for p in points if p["concurrency"] == conc and p["output_len"] == out_len]
-    spec = [p for p in sel if p["method"] != "auto"]
+    conc = lowest(p.concurrency for p in points)
+    out_len = highest(p.output_len for p in points if p.concurrency == conc)
+    sel = [p for p in points if p.concurrency == conc and p.output_len == out_len]
+    spec = [p for p in sel if p.method != "auto"]
     if not spec:
         return empty(title, "No speculative configuration in this selection: only autoregressive runs, nothing to "
                             "decompose.")
-    if all(p.get("acceptance_length") is None and p.get("mean_tokens_per_chunk") is None for p in spec):
+    if all(p.acceptance_length is None and p.mean_tokens_per_chunk is None for p in spec):
         return empty(title, "No spec-decode counters and no client tokens-per-chunk in these runs: acceptance length "
                             "unknown.")
-    ar_tpot: dict[tuple, list[float]] = defaultdict(list)
-    for p in sel:
-        if p["method"] == "auto" and p.get("median_tpot_ms") is not None:
-            ar_tpot[match_key(p)].append(p["median_tpot_ms"])
-    tps = sorted({p["tp"] for p in spec})
+    step_costs = relative_step_costs(sel)
+    tps = sorted({p.tp for p in spec})
     labels = ordered_labels(spec)
     colours = config_colours(points)
     layout, refs = _grid(len(tps), 2, hgap=0.1, vgap=0.14 if len(tps) > 1 else 0.1)
     data, annotations, verdicts = [], [], []
-    any_counters = any(p.get("acceptance_length") is not None for p in spec)
+    any_counters = any(p.acceptance_length is not None for p in spec)
     any_ar = False
     for r, tp in enumerate(tps):
         (xl, yl), (xr, yr) = refs[r]
-        by_label: dict[str, list[dict]] = defaultdict(list)
+        by_label: dict[str, list[Point]] = defaultdict(list)
         for p in spec:
-            if p["tp"] == tp:
-                by_label[p["label"]].append(p)
+            if p.tp == tp:
+                by_label[p.label].append(p)
         xs = [lab for lab in labels if lab in by_label]
-        tau_s = [_num(_median(p.get("acceptance_length") for p in by_label[lab]), 3) for lab in xs]
-        tau_c = [_num(_median(p.get("mean_tokens_per_chunk") for p in by_label[lab]), 3) for lab in xs]
-        runs = [{"runs": [p["run_id"] for p in by_label[lab]]} for lab in xs]
+        tau_s = [_num(median(p.acceptance_length for p in by_label[lab]), 3) for lab in xs]
+        tau_c = [_num(median(p.mean_tokens_per_chunk for p in by_label[lab]), 3) for lab in xs]
+        runs = [{"runs": [p.run_id for p in by_label[lab]]} for lab in xs]
         data.append({"type": "scatter", "mode": "lines+markers", "x": xs, "y": tau_s, "name": "τ (server counters)",
                      "legendgroup": "tau_s", "showlegend": r == 0, "line": {"color": "#1f4e9a"},
                      "marker": {"size": 9}, "xaxis": xl, "yaxis": yl, "customdata": runs,
@@ -369,14 +357,7 @@ def decomposition_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
                      "hovertemplate": "%{x}: %{y:.2f} tokens per chunk (client)<extra>TP" + str(tp) + "</extra>"})
         costs, hover = [], []
         for lab in xs:
-            rel = []
-            for p in by_label[lab]:
-                tau = p.get("acceptance_length") if p.get("acceptance_length") is not None else p.get(
-                    "mean_tokens_per_chunk")
-                ar = _median(ar_tpot.get(match_key(p), []))
-                if tau is not None and ar and p.get("median_tpot_ms") is not None:
-                    rel.append(p["median_tpot_ms"] * tau / ar)
-            cost = _median(rel)
+            cost = median(step_costs[p.run_id] for p in by_label[lab])
             costs.append(_num(cost, 3))
             hover.append(f"{lab} · TP{tp}<br>step time / AR TPOT = {_fmt(cost, '.2f')}" if cost is not None
                          else f"{lab} · TP{tp}<br>no matched auto run or no TPOT: cost unknown")
@@ -438,7 +419,7 @@ def _why_caption(verdicts: list[str]) -> str:
 # TP scaling
 
 
-def tp_scaling_figure(points: list[dict[str, Any]], y: str = "output_tok_s") -> dict[str, Any]:
+def tp_scaling_figure(points: list[Point], y: str = "output_tok_s") -> dict[str, Any]:
     """Output tok/s (or another `y` of THROUGHPUT_Y: output tok/s per GPU, J per output token,
     USD per million output tokens) vs TP degree, one line per configuration (median over
     repeats), at the largest output length of `points`: one panel at the lowest concurrency
@@ -453,33 +434,33 @@ def tp_scaling_figure(points: list[dict[str, Any]], y: str = "output_tok_s") -> 
     title = "TP scaling: output tok/s vs TP degree" if y == "output_tok_s" else f"TP scaling: {axis} vs TP degree"
     if not points:
         return empty(title, "No counted runs in this selection.")
-    tps = sorted({p["tp"] for p in points})
+    tps = sorted({p.tp for p in points})
     if len(tps) < 2:
         return empty(title, f"One TP degree only (TP{tps[0]}): nothing to scale.")
-    out_len = highest(p["output_len"] for p in points)
-    sel = [p for p in points if p["output_len"] == out_len]
-    missing = [p for p in sel if p.get(field) is None]
+    out_len = highest(p.output_len for p in points)
+    sel = [p for p in points if p.output_len == out_len]
+    missing = [p for p in sel if getattr(p, field) is None]
     if len(missing) == len(sel):
         return empty(title, f"No run in this selection has {axis} ({why}).")
-    concs = sorted({p["concurrency"] for p in sel}, key=nulls_last)
+    concs = sorted({p.concurrency for p in sel}, key=nulls_last)
     panels = [concs[0]] if len(concs) == 1 else [concs[0], concs[-1]]
     colours = config_colours(points)
     layout, refs = _grid(1, len(panels), hgap=0.08)
     data, annotations = [], []
     for i, conc in enumerate(panels):
         xref, yref = refs[0][i]
-        by_label: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+        by_label: dict[str, dict[int, list[Point]]] = defaultdict(lambda: defaultdict(list))
         for p in sel:
-            if p["concurrency"] == conc and p.get(field) is not None:
-                by_label[p["label"]][p["tp"]].append(p)
-        for lab in ordered_labels(p for p in sel if p["label"] in by_label):
+            if p.concurrency == conc and getattr(p, field) is not None:
+                by_label[p.label][p.tp].append(p)
+        for lab in ordered_labels(p for p in sel if p.label in by_label):
             ts = sorted(by_label[lab])
-            ys = [_num(_median(p[field] for p in by_label[lab][tp]), 4) for tp in ts]
+            ys = [_num(median(getattr(p, field) for p in by_label[lab][tp]), 4) for tp in ts]
             data.append({"type": "scatter", "mode": "lines+markers", "name": lab, "legendgroup": lab,
                          "showlegend": i == 0, "x": [f"TP{tp}" for tp in ts], "y": ys,
                          "line": {"color": colours[lab], "width": 2.5 if lab == "auto" else 2},
                          "marker": {"size": 8}, "xaxis": xref, "yaxis": yref,
-                         "customdata": [{"runs": [p["run_id"] for p in by_label[lab][tp]]} for tp in ts],
+                         "customdata": [{"runs": [p.run_id for p in by_label[lab][tp]]} for tp in ts],
                          "meta": {"concurrency": conc},
                          "hovertemplate": f"{lab} · %{{x}} · concurrency {shown(conc)}<br>%{{y:{fmt}}} {axis}"
                                           "<extra></extra>"})
@@ -496,7 +477,7 @@ def tp_scaling_figure(points: list[dict[str, Any]], y: str = "output_tok_s") -> 
         subtitle += "; one concurrency level only"
     if missing:
         subtitle += (f"; {len(missing)} run{'s' if len(missing) > 1 else ''} without {axis} left out ({why}), "
-                     f"run{'s' if len(missing) > 1 else ''} {_ids(p['run_id'] for p in missing)}")
+                     f"run{'s' if len(missing) > 1 else ''} {_ids(p.run_id for p in missing)}")
     if y in ("output_tok_s", "output_tok_s_per_gpu"):
         subtitle += ". " + " ".join(_fastest_tp(data, conc) for conc in panels)
     else:
@@ -504,7 +485,7 @@ def tp_scaling_figure(points: list[dict[str, Any]], y: str = "output_tok_s") -> 
     return _figure(data, _layout(400, annotations=annotations, **layout), title, subtitle)
 
 
-def throughput_figures(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def throughput_figures(points: list[Point]) -> dict[str, dict[str, Any]]:
     """{key of THROUGHPUT_Y: tp_scaling_figure(points, key)}: the throughput figure with each
     y-axis the sweep page can switch to."""
     return {key: tp_scaling_figure(points, key) for key in THROUGHPUT_Y}
@@ -544,7 +525,7 @@ def pareto_frontier(xy: list[tuple[float, float, Any]]) -> list[tuple[float, flo
     return sorted(front, key=lambda t: t[0])
 
 
-def tradeoff_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
+def tradeoff_figure(points: list[Point]) -> dict[str, Any]:
     """Per-user tok/s (1000 / median TPOT) vs aggregate output tok/s over the concurrency
     levels, at the largest output length of `points`: one panel per TP degree (shared axes),
     one curve per configuration through its concurrency levels (medians over repeats; markers
@@ -557,24 +538,24 @@ def tradeoff_figure(points: list[dict[str, Any]]) -> dict[str, Any]:
     title = "Throughput-latency trade-off: per-user speed vs aggregate throughput"
     if not points:
         return empty(title, "No counted runs in this selection.")
-    out_len = highest(p["output_len"] for p in points)
+    out_len = highest(p.output_len for p in points)
     # a point whose concurrency an imported file did not record has no place on the curve
-    sel = [p for p in points if p["output_len"] == out_len and p[SPEED_FIELD] is not None
-           and p.get("median_tpot_ms") and p["concurrency"] is not None]
-    concs = sorted({p["concurrency"] for p in points if p["concurrency"] is not None})
+    sel = [p for p in points if p.output_len == out_len and getattr(p, SPEED_FIELD) is not None
+           and p.median_tpot_ms and p.concurrency is not None]
+    concs = sorted({p.concurrency for p in points if p.concurrency is not None})
     if len(concs) < 2:
         known = f"concurrency {concs[0]}" if concs else "concurrency not in the file"
         return empty(title, f"One concurrency level only ({known}): a trade-off curve needs several.")
     if not sel:
         return empty(title, "No run with both a median TPOT and an output tok/s.")
     colours = config_colours(points)
-    groups: dict[tuple[str, int], dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[tuple[str, int], dict[int, list[Point]]] = defaultdict(lambda: defaultdict(list))
     for p in sel:
-        groups[(p["label"], p["tp"])][p["concurrency"]].append(p)
+        groups[(p.label, p.tp)][p.concurrency].append(p)
     curves: dict[tuple[str, int], list[tuple[int, float, float, list[int]]]] = {}
     for key, by_c in groups.items():
-        curves[key] = [(c, _median(p[SPEED_FIELD] for p in by_c[c]),
-                        _median(1000.0 / p["median_tpot_ms"] for p in by_c[c]), [p["run_id"] for p in by_c[c]])
+        curves[key] = [(c, median(getattr(p, SPEED_FIELD) for p in by_c[c]),
+                        median(1000.0 / p.median_tpot_ms for p in by_c[c]), [p.run_id for p in by_c[c]])
                        for c in sorted(by_c)]
     front = pareto_frontier([(x, y, (lab, tp, c)) for (lab, tp), pts in curves.items() for c, x, y, _ in pts])
     tps = sorted({tp for _, tp in curves})

@@ -1,16 +1,23 @@
-"""The sweep page's selection, read from the URL query so that a view can be linked.
+"""Every page's query string, read in one place so that a view can be linked and a bad value gets
+one answer: `QueryError(param, reason)`, which the views answer with HTTP 400 and the text
+`bad query: <param>: <reason>` (analysis.views.bad_query).
 
+The sweep page's selection (`parse_selection`):
 `?tp=1&tp=4&concurrency=1&output_len=1024&method=ddtree&method=linear&host=gpu-a&baseline=linear`:
 each of tp, concurrency, output_len, method and host (a sweep on several hosts) may repeat (or
 hold comma-separated values); absent means all. A `method` value is a method name (`ddtree`:
 every budget) or a configuration label (`b15`, `draft_model k=4`, `auto`;
 benchkit.methods.parse_method_token). `baseline` is the label of the configuration speedups
-divide by (default `auto`). Bad values raise SelectionError naming the parameter, which the views answer with HTTP 400.
+divide by (default `auto`).
+
+The history pages (`parse_history_filters`, `sweep_id`, `whole_number`): the point filters
+(benchkit.point.FILTER_FIELDS: `tp=1,4&concurrency=8&method=ddtree`), sweep ids
+(`?old=ID&new=ID`), counts (`nights=30`); `choice` for a value out of a fixed set (`state`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -18,13 +25,14 @@ from urllib.parse import urlencode
 from benchkit.compare.speedups import AUTO
 from benchkit.hosts import HOST_NAME_RE
 from benchkit.methods import METHOD_NAMES, MethodError, method_label, parse_method_token
+from benchkit.point import FILTER_FIELDS, Point
 
 #: Query parameters of the selection, in the order a link writes them.
 PARAMS = ("tp", "concurrency", "output_len", "method", "host", "baseline")
 
 
-class SelectionError(ValueError):
-    """A query parameter of the sweep page is invalid; `param` names it."""
+class QueryError(ValueError):
+    """A query parameter of a page is invalid; `param` names it, the message says why."""
 
     def __init__(self, param: str, message: str):
         super().__init__(f"{param}: {message}")
@@ -47,11 +55,11 @@ class Selection:
     names: tuple[str, ...] = field(default=(), compare=False)
     configs: tuple[tuple[str, int | None, int | None], ...] = field(default=(), compare=False)
 
-    def shows(self, p: dict[str, Any]) -> bool:
+    def shows(self, p: Point) -> bool:
         """True when point `p` passes the method filter (the other filters are applied in SQL)."""
         if not self.method:
             return True
-        return p["method"] in self.names or (p["method"], p["num_speculative_tokens"], p["tree_budget"]) in self.configs
+        return p.method in self.names or (p.method, p.num_speculative_tokens, p.tree_budget) in self.configs
 
     def load_kwargs(self, baseline_config: tuple[str, int | None, int | None] | None) -> dict[str, Any]:
         """Keyword filters for runs.selectors.figure_points: every filter, with the method filter
@@ -98,16 +106,16 @@ def _ints(query: Mapping[str, Any], name: str, minimum: int) -> tuple[int, ...]:
         try:
             n = int(v)
         except ValueError:
-            raise SelectionError(name, f"expected whole numbers, got {v!r}") from None
+            raise QueryError(name, f"expected whole numbers, got {v!r}") from None
         if n < minimum:
-            raise SelectionError(name, f"must be >= {minimum}, got {n}")
+            raise QueryError(name, f"must be >= {minimum}, got {n}")
         out.append(n)
     return tuple(sorted(set(out)))
 
 
 def parse_selection(query: Mapping[str, Any]) -> Selection:
     """Read a Selection from a URL query (a Django QueryDict or a plain mapping). Raises
-    SelectionError naming the parameter for a value that is not a number or not a method."""
+    QueryError naming the parameter for a value that is not a number or not a method."""
     names, configs, methods = [], [], []
     for v in _values(query, "method"):
         if v in METHOD_NAMES:
@@ -116,7 +124,7 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
             try:
                 choice = parse_method_token(v)
             except MethodError as exc:
-                raise SelectionError("method", exc.reason) from None
+                raise QueryError("method", exc.reason) from None
             configs.append((choice.method, choice.num_speculative_tokens, choice.tree_budget))
         methods.append(v)
     baseline = (_values(query, "baseline") or [AUTO])[0]
@@ -124,13 +132,62 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
         try:
             choice = parse_method_token(baseline)
         except MethodError as exc:
-            raise SelectionError("baseline", exc.reason) from None
+            raise QueryError("baseline", exc.reason) from None
         baseline = method_label(choice.method, choice.num_speculative_tokens, choice.tree_budget)
     hosts = _values(query, "host")
     for h in hosts:
         if not HOST_NAME_RE.match(h):
-            raise SelectionError("host", f"{h[:100]!r} is not a host name")
+            raise QueryError("host", f"{h[:100]!r} is not a host name")
     # concurrency and output length may be 0: an imported result file that did not record them
     return Selection(tp=_ints(query, "tp", 1), concurrency=_ints(query, "concurrency", 0),
                      output_len=_ints(query, "output_len", 0), method=tuple(dict.fromkeys(methods)),
                      host=tuple(sorted(set(hosts))), baseline=baseline, names=tuple(names), configs=tuple(configs))
+
+
+def parse_history_filters(query: Mapping[str, Any]) -> dict[str, list]:
+    """The point filters of a history page (benchkit.point.FILTER_FIELDS), each a list of the
+    values given (`tp=1,4&method=ddtree`): whole numbers >= 0 but for `method` (method names);
+    an absent filter is left out. Raises QueryError naming a value that is not a whole number."""
+    out: dict[str, list] = {}
+    for name in FILTER_FIELDS:
+        if name == "method":
+            values: list = _values(query, name)
+        else:
+            values = list(_ints(query, name, 0))
+        if values:
+            out[name] = values
+    return out
+
+
+def sweep_id(query: Mapping[str, Any], name: str) -> int | None:
+    """The sweep id given as `name` (None when absent). Raises QueryError for one that is not a
+    whole number."""
+    raw = (_values(query, name) or [""])[0]
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise QueryError(name, f"{raw[:100]!r}: expected a sweep id")
+    return int(raw)
+
+
+def whole_number(query: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """The whole number given as `name`, `default` when absent. Raises QueryError for one that is
+    not a whole number in [low, high]."""
+    raw = (_values(query, name) or [None])[0]
+    if raw is None:
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise QueryError(name, f"expected a whole number, got {raw[:100]!r}") from None
+    if not low <= n <= high:
+        raise QueryError(name, f"expected {low}..{high}, got {n}")
+    return n
+
+
+def choice(query: Mapping[str, Any], name: str, choices: Sequence[str]) -> str:
+    """The value given as `name` ("" when absent), one of `choices`. Raises QueryError otherwise."""
+    raw = (_values(query, name) or [""])[0]
+    if raw and raw not in choices:
+        raise QueryError(name, f"{raw[:100]!r} (one of {', '.join(choices)})")
+    return raw

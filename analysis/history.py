@@ -17,7 +17,8 @@ from django.template.defaultfilters import floatformat, slugify
 from django.urls import reverse
 
 from analysis import history_figures as hf
-from benchkit.compare.speedups import SPEED_FIELD, compute_speedups, median
+from benchkit.compare.speedups import compute_speedups
+from benchkit.compare.stats import median
 from benchkit.compare.sweepdiff import (
     BETTER,
     COMPARE_METRICS,
@@ -25,11 +26,12 @@ from benchkit.compare.sweepdiff import (
     UNKNOWN,
     WORSE,
     PointDiff,
+    Unmatched,
     compare_sweeps,
     env_difference,
-    env_key,
 )
 from benchkit.measure.metrics import METRICS
+from benchkit.point import ENV_FIELDS, FIELD_GROUP, SPEED_FIELD, Point
 
 #: Metrics a history page loads per run: the compared ones (speedups divide the first).
 HISTORY_METRICS = tuple(COMPARE_METRICS)
@@ -54,9 +56,10 @@ def _sweep_ref(s, host_name: str) -> dict[str, Any]:
 
 
 def _diff_row(d: PointDiff) -> dict[str, Any]:
+    p = d.point
     return {
-        "label": d.label, "tp": d.fields["tp"], "concurrency": d.fields["concurrency"],
-        "input_len": d.fields["input_len"], "output_len": d.fields["output_len"], "verdict": d.verdict,
+        "label": d.label, "tp": p.tp, "concurrency": p.concurrency,
+        "input_len": p.input_len, "output_len": p.output_len, "verdict": d.verdict,
         "single_run": d.single_run, "old_run_ids": d.old_run_ids, "new_run_ids": d.new_run_ids,
         "apart_reason": d.apart_reason,
         # in the order of the page's `metrics` list
@@ -65,7 +68,12 @@ def _diff_row(d: PointDiff) -> dict[str, Any]:
     }
 
 
-def build_compare(old, new, old_points: list[dict], new_points: list[dict], noise_pct: float,
+def _unmatched_row(u: Unmatched) -> dict[str, Any]:
+    """A point only one sweep has, as the JSON lists it: label, identity fields, run ids."""
+    return {"label": u.point.label, **u.point.identity(), "run_ids": u.run_ids}
+
+
+def build_compare(old, new, old_points: list[Point], new_points: list[Point], noise_pct: float,
                   limit: int = ROW_LIMIT) -> dict[str, Any]:
     """Context of the compare page of sweep `old` (before) vs `new` (after).
 
@@ -86,7 +94,8 @@ def build_compare(old, new, old_points: list[dict], new_points: list[dict], nois
         "points": [_diff_row(d) for d in matched[:limit]],
         "apart": [_diff_row(d) for d in diff.apart[:limit]],
         "apart_reasons": sorted({d.apart_reason for d in diff.apart}),
-        "only_old": diff.only_old[:limit], "only_new": diff.only_new[:limit],
+        "only_old": [_unmatched_row(u) for u in diff.only_old[:limit]],
+        "only_new": [_unmatched_row(u) for u in diff.only_new[:limit]],
         "truncated": len(matched) > limit or len(diff.apart) > limit,
         "limit": limit,
         "figure": hf.compare_figure(diff.matched, noise_pct, f"#{old.pk}", f"#{new.pk}") if diff.matched else None,
@@ -130,11 +139,15 @@ def compare_page_tables(data: dict[str, Any]) -> dict[str, Any]:
     return {"matched_rows": [row(r) for r in data["points"]], "apart_rows": [row(r) for r in data["apart"]]}
 
 
-def _night_envs(points: list[dict]) -> dict[int, set[tuple]]:
+def _night_envs(points: list[Point]) -> dict[int, set[tuple]]:
     out: dict[int, set[tuple]] = defaultdict(set)
     for p in points:
-        out[p["sweep_id"]].add(env_key(p))
+        out[p.sweep_id].add(p.env_key())
     return out
+
+
+#: Positions in `Point.env_key()` of the engine's fields (version, build, commit) and the others.
+_ENGINE_ENV = tuple(i for i, f in enumerate(ENV_FIELDS) if FIELD_GROUP[f] == "engine")
 
 
 def _snapshot_change(prev: dict[str, Any], cur: dict[str, Any]) -> str:
@@ -146,7 +159,7 @@ def _snapshot_change(prev: dict[str, Any], cur: dict[str, Any]) -> str:
     return ", ".join(parts) or "hardware fingerprint changed (topology)"
 
 
-def environment_changes(nights, points: list[dict], snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def environment_changes(nights, points: list[Point], snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Annotations for the trend's time axis, in time order: {x (ISO time), text, kind}.
 
     - `hardware`: a host snapshot whose fingerprint differs from the one before it, dated when
@@ -168,22 +181,22 @@ def environment_changes(nights, points: list[dict], snapshots: list[dict[str, An
         if not env:
             continue
         if prev_env is not None and env != prev_env:
-            engine = {e[1:] for e in env}
-            before = {e[1:] for e in prev_env}
+            engine = {_engine_only(e) for e in env}
+            before = {_engine_only(e) for e in prev_env}
             if engine != before:
                 a, b = sorted(before)[0], sorted(engine)[0]
-                text = env_difference(("", *a), ("", *b)).replace(" -> ", " → ")
+                text = env_difference(a, b).replace(" -> ", " → ")
                 out.append({"x": n.created_at.isoformat(), "text": text, "kind": "engine"})
         prev_env = env
     return sorted(out, key=lambda c: c["x"])
 
 
-def _median(vals: list[float]) -> float | None:
-    vals = [v for v in vals if v is not None]
-    return median(vals) if vals else None
+def _engine_only(env: tuple) -> tuple:
+    """`env` (a `Point.env_key()`) with every field but the engine's blanked."""
+    return tuple(v if i in _ENGINE_ENV else "" for i, v in enumerate(env))
 
 
-def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: list[dict[str, Any]],
+def build_trend(host, name: str, nights, points: list[Point], flags, snapshots: list[dict[str, Any]],
                 facets: dict[str, list], chosen: dict[str, list]) -> dict[str, Any]:
     """Context of the trend page of series (host, name) over `nights` (sweeps, oldest first).
 
@@ -195,34 +208,31 @@ def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: l
     flags as markers, hardware and engine changes as dotted lines.
     """
     night_x = {n.pk: n.created_at.isoformat() for n in nights}
-    tps = sorted({p["tp"] for p in points})
-    concs = sorted({p["concurrency"] for p in points})
-    labels = sorted({p["label"] for p in points})
+    tps = sorted({p.tp for p in points})
+    concs = sorted({p.concurrency for p in points})
+    labels = sorted({p.label for p in points})
     colours = hf.colour_of(labels)
-    several_lengths = len({(p["input_len"], p["output_len"]) for p in points}) > 1
+    several_lengths = len({(p.input_len, p.output_len) for p in points}) > 1
 
-    def series_label(p: dict) -> str:
-        return f"{p['label']} · {p['input_len']}/{p['output_len']}" if several_lengths else p["label"]
+    def series_label(p: Point) -> str:
+        return f"{p.label} · {p.input_len}/{p.output_len}" if several_lengths else p.label
 
     tok: dict[tuple, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for p in points:
-        tok[(p["concurrency"], p["tp"])][series_label(p)][p["sweep_id"]].append(p[SPEED_FIELD])
+        tok[(p.concurrency, p.tp)][series_label(p)][p.sweep_id].append(getattr(p, SPEED_FIELD))
     tok_cells = {cell: {lab: [(night_x[sid], m, f"night #{sid} · {m:.1f} tok/s")
-                              for sid in sorted(by_night) if (m := _median(by_night[sid])) is not None]
+                              for sid in sorted(by_night) if (m := median(by_night[sid])) is not None]
                         for lab, by_night in by_label.items()} for cell, by_label in tok.items()}
     sp_cells: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    by_night_points: dict[int, list[dict]] = defaultdict(list)
+    by_night_points: dict[int, list[Point]] = defaultdict(list)
     for p in points:
-        by_night_points[p["sweep_id"]].append(p)
+        by_night_points[p.sweep_id].append(p)
     for sid in sorted(by_night_points, key=lambda s: night_x[s]):
-        ps = by_night_points[sid]
-        first = {sp.run_ids[0]: sp for sp in compute_speedups(ps, ci=False)}
-        by_id = {p["run_id"]: p for p in ps}
-        for rid, sp in first.items():
-            p = by_id[rid]
-            if sp.value is None or p["method"] == "auto":
+        for sp in compute_speedups(by_night_points[sid], ci=False):
+            p = sp.point
+            if sp.value is None or p.method == "auto":
                 continue
-            sp_cells[(p["concurrency"], p["tp"])][series_label(p)].append(
+            sp_cells[(p.concurrency, p.tp)][series_label(p)].append(
                 (night_x[sid], sp.value, f"night #{sid} · {sp.value:.2f}x vs autoregressive"))
     flag_rows = [f for f in flags if f.sweep_id in night_x]
     marks = [{"x": night_x[f.sweep_id], "y": f.value, "tp": f.tp, "concurrency": f.concurrency, "open": f.is_open,
@@ -251,31 +261,30 @@ def build_trend(host, name: str, nights, points: list[dict], flags, snapshots: l
     return {"data": data}
 
 
-def _headline(points: list[dict]) -> list[dict[str, Any]]:
+def _headline(points: list[Point]) -> list[dict[str, Any]]:
     """Per TP: the configuration with the highest speedup vs its matched autoregressive run, at
     which workload, and its tok/s; TPs without any matched baseline say so."""
     best: dict[int, dict[str, Any]] = {}
-    by_id = {p["run_id"]: p for p in points}
     for sp in compute_speedups(points, ci=False):
-        if sp.value is None or sp.config[0] == "auto":
+        p = sp.point
+        if sp.value is None or p.method == "auto":
             continue
-        p = by_id[sp.run_ids[0]]
-        cur = best.get(p["tp"])
+        cur = best.get(p.tp)
         if cur is None or sp.value > cur["speedup"]:
-            best[p["tp"]] = {"tp": p["tp"], "label": sp.label, "speedup": sp.value, "concurrency": p["concurrency"],
-                             "output_len": p["output_len"], "tok_s": sp.median_output_throughput,
-                             "n_repeats": sp.n_repeats, "run_ids": sp.run_ids}
-    tps = sorted({p["tp"] for p in points})
+            best[p.tp] = {"tp": p.tp, "label": sp.label, "speedup": sp.value, "concurrency": p.concurrency,
+                          "output_len": p.output_len, "tok_s": sp.median_output_throughput,
+                          "n_repeats": sp.n_repeats, "run_ids": sp.run_ids}
+    tps = sorted({p.tp for p in points})
     return [best.get(tp, {"tp": tp, "label": None, "speedup": None}) for tp in tps]
 
 
-def build_home(latest, counts: dict[int, dict[str, int]], points: list[dict], open_flags) -> dict[str, Any]:
+def build_home(latest, counts: dict[int, dict[str, int]], points: list[Point], open_flags) -> dict[str, Any]:
     """Context of the home page: per series (its newest sweep): host, state counts, headline
     (best configuration and speedup per TP) and its open flags; every open flag in one list and
     a figure."""
-    by_sweep: dict[int, list[dict]] = defaultdict(list)
+    by_sweep: dict[int, list[Point]] = defaultdict(list)
     for p in points:
-        by_sweep[p["sweep_id"]].append(p)
+        by_sweep[p.sweep_id].append(p)
     flags_by_series: dict[tuple, list] = defaultdict(list)
     for f in open_flags:
         flags_by_series[(f.host_id, f.series)].append(f)

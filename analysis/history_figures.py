@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchkit.compare.sweepdiff import BETTER, SAME, WORSE, PointDiff
+from benchkit.point import SPEED_FIELD
 
 VERDICT_COLOURS = {WORSE: "#dc2626", BETTER: "#16a34a", SAME: "#6b7280"}
 #: plotly's D3 then Set2 qualitative palettes (plotly.colors.qualitative), one colour per configuration.
@@ -66,7 +67,7 @@ def compare_figure(diffs: list[PointDiff], noise_pct: float, old_name: str, new_
     row per configuration; one trace per verdict and TP (worse red, better green, no significant
     change grey) so colour and legend say the verdict; error bars give the 95 % bootstrap CI
     where repeats exist; the grey band is the single-run noise threshold (±`noise_pct`)."""
-    tps = sorted({d.fields["tp"] for d in diffs}) or [1]
+    tps = sorted({d.point.tp for d in diffs}) or [1]
     labels = sorted({d.label for d in diffs}, key=lambda s: (s != "auto", s))
     layout = {**_base_layout(f"Output tok/s: {new_name} vs {old_name}", 150 + 34 * max(len(labels), 3)),
               **_grid(1, len(tps), [f"TP{tp}" for tp in tps]), "shapes": [],
@@ -75,16 +76,16 @@ def compare_figure(diffs: list[PointDiff], noise_pct: float, old_name: str, new_
     shown: set[str] = set()
     for col, tp in enumerate(tps, start=1):
         for verdict in (WORSE, BETTER, SAME):
-            ds = [d for d in diffs if d.verdict == verdict and d.fields["tp"] == tp]
+            ds = [d for d in diffs if d.verdict == verdict and d.point.tp == tp]
             if not ds:
                 continue
-            c = [d.changes["output_throughput_tok_s"] for d in ds]
+            c = [d.changes[SPEED_FIELD] for d in ds]
             trace = {"type": "scatter", "mode": "markers", "name": verdict, "legendgroup": verdict,
                      "showlegend": verdict not in shown, "xaxis": _axis_name(col, "x"), "yaxis": _axis_name(col, "y"),
                      "x": [round(x.change_pct, 2) for x in c], "y": [d.label for d in ds],
                      "marker": {"color": VERDICT_COLOURS[verdict], "size": 10, "opacity": 0.85},
-                     "text": [f"{d.label} · TP{tp} · concurrency {d.fields['concurrency']} · "
-                              f"{d.fields['input_len']}/{d.fields['output_len']} tokens · runs "
+                     "text": [f"{d.label} · TP{tp} · concurrency {d.point.concurrency} · "
+                              f"{d.point.input_len}/{d.point.output_len} tokens · runs "
                               f"{','.join(map(str, d.old_run_ids))} → {','.join(map(str, d.new_run_ids))}"
                               for d in ds],
                      "hovertemplate": "%{text}<br>output tok/s %{x:+.1f} %<extra>" + verdict + "</extra>"}

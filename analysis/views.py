@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, exports, figures, history
+from analysis import dashboard, exports, figures, filters, history
 from analysis import glossary as glossary_content
-from analysis.filters import Selection, SelectionError, parse_selection
-from benchkit.compare.speedups import SPEED_FIELD
+from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.hosts.topology import TopoMatrix
+from benchkit.point import SPEED_FIELD, Point
 from runs import selectors
 from runs.models import Host, Run, RunState, Sweep
 
@@ -23,24 +23,28 @@ def sweep_list(request: HttpRequest) -> HttpResponse:
                                                         "hosts": selectors.hosts_with_workers()})
 
 
-def _sweep_points_or_400(request: HttpRequest, pk: int, metric_fields=figures.POINT_METRICS,
-                         ) -> tuple[Selection, list[dict], list[dict]] | HttpResponse:
-    """(selection, dimension rows, figure points with `metric_fields`) of a sweep page request,
-    or a 400 answer naming the bad query parameter. Without filters the points are every counted
-    run, and the dimensions are read off them (one query); with filters the dimensions come
-    first (they give the baseline configuration that the points query must include)."""
-    try:
-        selection = parse_selection(request.GET)
-        if not selection.is_filtered:
-            points = selectors.figure_points(pk, metric_fields)
-            dims = selectors.dimensions_of(points)
-            dashboard.baseline_config(selection, dims)  # a baseline that is not in the sweep: 400
-            return selection, dims, points
-        dims = selectors.sweep_dimensions(pk)
-        base_cfg = dashboard.baseline_config(selection, dims)
-    except SelectionError as exc:
-        return HttpResponseBadRequest(f"bad filter {exc}", content_type="text/plain; charset=utf-8")
-    return selection, dims, selectors.figure_points(pk, metric_fields, **selection.load_kwargs(base_cfg))
+def bad_query(exc: QueryError) -> HttpResponse:
+    """The one answer to a bad query string, on every page and JSON endpoint: HTTP 400, text
+    `bad query: <param>: <reason>` (analysis.filters reads every query)."""
+    return HttpResponse(f"bad query: {exc}\n", status=400, content_type="text/plain; charset=utf-8")
+
+
+def _sweep_points(request: HttpRequest, pk: int, metric_fields=figures.POINT_METRICS,
+                  prices: dict[str, float | None] | None = None) -> tuple[Selection, list[dict], list[Point]]:
+    """(selection, dimension rows, figure points with `metric_fields`, priced when `prices` are
+    given) of a sweep page request; QueryError names a bad query parameter. Without filters the
+    points are every counted run, and the dimensions are read off them (one query); with filters
+    the dimensions come first (they give the baseline configuration that the points query must
+    include)."""
+    selection = parse_selection(request.GET)
+    if not selection.is_filtered:
+        points = selectors.figure_points(pk, metric_fields, prices)
+        dims = selectors.dimensions_of(points)
+        dashboard.baseline_config(selection, dims)  # a baseline that is not in the sweep: 400
+        return selection, dims, points
+    dims = selectors.sweep_dimensions(pk)
+    base_cfg = dashboard.baseline_config(selection, dims)
+    return selection, dims, selectors.figure_points(pk, metric_fields, prices, **selection.load_kwargs(base_cfg))
 
 
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -50,10 +54,10 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     paginated, at `sweep_runs`. A sweep on several hosts names each, with a link to its runs
     only. Loads only the columns the figures need."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
-    got = _sweep_points_or_400(request, pk)
-    if isinstance(got, HttpResponse):
-        return got
-    selection, dims, points = got
+    try:
+        selection, dims, points = _sweep_points(request, pk)
+    except QueryError as exc:
+        return bad_query(exc)
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
@@ -66,11 +70,11 @@ def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
     """The sweep page's figures as JSON, for the same query parameters as the page
     (codespeed style: a data endpoint per chart page); `points=1` adds the point table."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
-    got = _sweep_points_or_400(request, pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS)
-    if isinstance(got, HttpResponse):
-        return got
-    selection, _, points = got
-    selectors.add_costs(points)
+    try:
+        selection, _, points = _sweep_points(request, pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS,
+                                             selectors.gpu_prices())
+    except QueryError as exc:
+        return bad_query(exc)
     return JsonResponse(dashboard.sweep_data(sweep, points, selection, with_points=request.GET.get("points") == "1"))
 
 
@@ -84,12 +88,9 @@ def sweep_runs(request: HttpRequest, pk: int) -> HttpResponse:
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
     try:
         selection = parse_selection(request.GET)
-    except SelectionError as exc:
-        return HttpResponseBadRequest(f"bad filter {exc}", content_type="text/plain; charset=utf-8")
-    state = request.GET.get("state", "")
-    if state and state not in RunState.values:
-        return HttpResponseBadRequest(f"bad filter state: {state!r} (one of {', '.join(RunState.values)})",
-                                      content_type="text/plain; charset=utf-8")
+        state = filters.choice(request.GET, "state", RunState.values)
+    except QueryError as exc:
+        return bad_query(exc)
     qs = selectors.run_list(pk, figures.POINT_METRICS, state=state, tp=selection.tp,
                             concurrency=selection.concurrency, output_len=selection.output_len,
                             methods=selection.names, configs=selection.configs, host=selection.host)
@@ -115,8 +116,8 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     sweep = get_object_or_404(Sweep, pk=pk)
     runs = list(selectors.sweep_runs(sweep))
     prices = selectors.gpu_prices()
-    points, speedups = dashboard.sweep_results(runs)
-    table = exports.sweep_table(selectors.add_costs(points, prices), speedups)
+    points, speedups = dashboard.sweep_results(runs, prices)
+    table = exports.sweep_table(points, speedups)
     name = f"sweep-{sweep.pk}"
     if fmt == "csv":
         resp = HttpResponse(exports.to_csv(table), content_type="text/csv")
@@ -177,44 +178,9 @@ TREND_NIGHTS_DEFAULT, TREND_NIGHTS_MAX = 30, 90
 TREND_DEFAULT_ROWS = 3
 
 
-class BadQuery(ValueError):
-    """A query-string value the page cannot use (answered 400 with the reason)."""
-
-
-def _int_list(request: HttpRequest, name: str) -> list[int] | None:
-    raw = [v for item in request.GET.getlist(name) for v in item.split(",") if v.strip()]
-    if not raw:
-        return None
-    try:
-        return [int(v) for v in raw]
-    except ValueError:
-        raise BadQuery(f"{name}={','.join(raw)}: expected integers, e.g. {name}=1,8") from None
-
-
-def _filters(request: HttpRequest) -> dict[str, list]:
-    """Filters from the query string (`tp=1,4&concurrency=8&method=ddtree`), each a list."""
-    out: dict[str, list] = {}
-    for col in selectors.HISTORY_FILTERS:
-        if col == "method":
-            vals = [v.strip() for item in request.GET.getlist(col) for v in item.split(",") if v.strip()]
-            if vals:
-                out[col] = vals
-        elif (ints := _int_list(request, col)) is not None:
-            out[col] = ints
-    return out
-
-
-def _sweep_or_400(request: HttpRequest, name: str) -> Sweep | None:
-    raw = request.GET.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit():
-        raise BadQuery(f"{name}={raw!r}: expected a sweep id")
-    return get_object_or_404(Sweep.objects.select_related("host"), pk=int(raw))
-
-
-def _bad(exc: Exception) -> HttpResponse:
-    return HttpResponse(f"bad query: {exc}\n", status=400, content_type="text/plain")
+def _sweep_or_404(pk: int | None) -> Sweep | None:
+    """The sweep `pk` with its host (None for None; 404 when there is none)."""
+    return None if pk is None else get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
 
 
 def _home_context() -> dict:
@@ -238,8 +204,11 @@ def home_data(request: HttpRequest) -> JsonResponse:
 
 def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> dict | None:
     """(old, new) from `?old=ID&new=ID`; `new` defaults to the newest sweep of the newest series,
-    `old` to the sweep before `new` in its series. None when there is nothing to compare."""
-    new, old = _sweep_or_400(request, "new"), _sweep_or_400(request, "old")
+    `old` to the sweep before `new` in its series. None when there is nothing to compare.
+    The query is read first: a bad value is QueryError whatever is stored."""
+    new_id, old_id = filters.sweep_id(request.GET, "new"), filters.sweep_id(request.GET, "old")
+    chosen = filters.parse_history_filters(request.GET)
+    new, old = _sweep_or_404(new_id), _sweep_or_404(old_id)
     if new is None:
         latest = selectors.latest_per_series(limit=1)
         new = latest[0] if latest else None
@@ -250,14 +219,13 @@ def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> di
         if old is None:
             return None
         old = Sweep.objects.select_related("host").get(pk=old.pk)
-    filters = _filters(request)
     snaps = selectors.snapshot_history(sorted({old.host_id, new.host_id}))
-    points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, filters, snaps, gpus=False)
+    points = selectors.history_points([old.pk, new.pk], history.HISTORY_METRICS, chosen, snaps, gpus=False)
     old_pk, new_pk = old.pk, new.pk
-    ctx = history.build_compare(old, new, [p for p in points if p["sweep_id"] == old_pk],
-                                [p for p in points if p["sweep_id"] == new_pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
+    ctx = history.build_compare(old, new, [p for p in points if p.sweep_id == old_pk],
+                                [p for p in points if p.sweep_id == new_pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
                                 limit=limit)
-    ctx.update(old=old, new=new, filters=filters)
+    ctx.update(old=old, new=new, filters=chosen)
     return ctx
 
 
@@ -266,22 +234,28 @@ def compare(request: HttpRequest) -> HttpResponse:
     verdict; points on other hardware or another engine build apart."""
     try:
         ctx = _compare_context(request, limit=history.PAGE_ROW_LIMIT)
-    except BadQuery as exc:
-        return _bad(exc)
+    except QueryError as exc:
+        return bad_query(exc)
     if ctx:
         ctx.update(history.compare_page_tables(ctx["data"]))
     return render(request, "analysis/compare.html", ctx or {"data": None})
 
 
-def compare_data(request: HttpRequest) -> JsonResponse:
-    """The compare page's data as JSON (404 when there are not two sweeps to compare)."""
+def _history_data(request: HttpRequest, context, missing: str) -> HttpResponse:
+    """A history page's JSON endpoint: the `data` of `context(request)`; 400 for a bad query,
+    404 with `missing` when there is nothing to show."""
     try:
-        ctx = _compare_context(request)
-    except BadQuery as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
+        ctx = context(request)
+    except QueryError as exc:
+        return bad_query(exc)
     if ctx is None:
-        raise Http404("no two sweeps to compare: give ?old=ID&new=ID")
+        raise Http404(missing)
     return JsonResponse(ctx["data"])
+
+
+def compare_data(request: HttpRequest) -> HttpResponse:
+    """The compare page's data as JSON (404 when there are not two sweeps to compare)."""
+    return _history_data(request, _compare_context, "no two sweeps to compare: give ?old=ID&new=ID")
 
 
 def _default_filters(facets: dict[str, list]) -> dict[str, list]:
@@ -298,6 +272,10 @@ def _default_filters(facets: dict[str, list]) -> dict[str, list]:
 
 
 def _trend_context(request: HttpRequest) -> dict | None:
+    """The trend page of `?host=NAME&series=SWEEP_NAME` (default: the newest series), None when
+    nothing is stored. The query is read first: a bad value is QueryError whatever is stored."""
+    nights_n = filters.whole_number(request.GET, "nights", TREND_NIGHTS_DEFAULT, 1, TREND_NIGHTS_MAX)
+    asked = filters.parse_history_filters(request.GET)
     host_name, name = request.GET.get("host", "").strip(), request.GET.get("series", "").strip()
     if not host_name or not name:
         latest = selectors.latest_per_series(limit=1)
@@ -306,14 +284,11 @@ def _trend_context(request: HttpRequest) -> dict | None:
         host, name = latest[0].host, latest[0].name
     else:
         host = get_object_or_404(Host, name=host_name)
-    nights_n = (_int_list(request, "nights") or [TREND_NIGHTS_DEFAULT])[0]
-    if not 1 <= nights_n <= TREND_NIGHTS_MAX:
-        raise BadQuery(f"nights={nights_n}: expected 1..{TREND_NIGHTS_MAX}")
     nights = selectors.series_sweeps(host.pk, name, limit=nights_n)
     if not nights:
         raise Http404(f"no sweep named {name!r} on host {host.name}")
     facets = selectors.facet_values([nights[-1].pk])
-    chosen = _filters(request) or _default_filters(facets)
+    chosen = asked or _default_filters(facets)
     snaps = selectors.snapshot_history([host.pk])
     points = selectors.history_points([n.pk for n in nights], (SPEED_FIELD,), chosen, snaps)
     flags = selectors.series_regression_flags(host.pk, name, [n.pk for n in nights])
@@ -327,17 +302,11 @@ def trend(request: HttpRequest) -> HttpResponse:
     nights, hardware and engine changes on the time axis, regression flags."""
     try:
         ctx = _trend_context(request)
-    except BadQuery as exc:
-        return _bad(exc)
+    except QueryError as exc:
+        return bad_query(exc)
     return render(request, "analysis/trend.html", ctx or {"data": None})
 
 
-def trend_data(request: HttpRequest) -> JsonResponse:
+def trend_data(request: HttpRequest) -> HttpResponse:
     """The trend page's data as JSON."""
-    try:
-        ctx = _trend_context(request)
-    except BadQuery as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
-    if ctx is None:
-        raise Http404("no series yet")
-    return JsonResponse(ctx["data"])
+    return _history_data(request, _trend_context, "no series yet")

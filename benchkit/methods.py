@@ -173,6 +173,19 @@ def method_label(method: str, k: int | None = None, budget: int | None = None) -
     return method
 
 
+#: Display order of the methods: autoregressive first, then the DFlash family the users compare
+#: (linear, DDTree by budget), then the others in the table's order.
+_DISPLAY_RANK = {m: i for i, m in enumerate(("auto", "linear", "ddtree",
+                                             *(m for m in METHOD_NAMES if m not in ("auto", "linear", "ddtree"))))}
+
+
+def config_order(method: str, k: int | None = None, budget: int | None = None, drafter: str = "") -> tuple:
+    """Sort key of a decoding configuration for display (rows, legends): auto, linear, DDTree by
+    budget, then the other methods in the table's order, each by k, then drafter; an unknown
+    method after all known ones."""
+    return (_DISPLAY_RANK.get(method, len(_DISPLAY_RANK)), method, budget or 0, k or 0, drafter or "")
+
+
 def method_title(method: str) -> str:
     """Human title of a method (`DFlash (linear)`, `DDTree`); the name itself when unknown."""
     info = METHODS.get(method)

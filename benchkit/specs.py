@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+
+def _defines(default: Any = None, *, factory: Any = None) -> Any:
+    """A ServerConfig / WorkloadSpec field that defines the benchmark point: it is in
+    `RunSpec.point_fields` (and so in the stored `point_key`); the other fields say where, how
+    long or under which name, and are not."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"defines_point": True})
+    return field(default=default, metadata={"defines_point": True})
 
 
 @dataclass
@@ -32,25 +41,26 @@ class ServerConfig:
     (benchkit.methods, which says what each method needs); `num_speculative_tokens` is the
     draft length per step (tokens); `tree_budget` is DDTree's node budget B (root not counted).
     `extra_args` is appended verbatim to the engine's argv. For engine `external`,
-    `endpoint_url` names a server someone else started and nothing is launched.
+    `endpoint_url` names a server someone else started and nothing is launched. Every field
+    but the served name and the demo flag defines the point (`_defines`).
     """
 
-    engine: str = "vllm"
-    model: str = ""
+    engine: str = _defines("vllm")
+    model: str = _defines("")
     served_model_name: str = ""
-    drafter: str = ""
-    method: str = "auto"
-    num_speculative_tokens: int | None = None
-    tree_budget: int | None = None
-    tp: int = 1
-    dtype: str = ""
-    max_model_len: int | None = None
-    load_format: str = ""
-    prefix_caching: bool | None = None
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    endpoint_url: str = ""
-    engine_build: str = ""  # key into engine_flags.yaml overrides, e.g. "sglang-ddtree-pr"
+    drafter: str = _defines("")
+    method: str = _defines("auto")
+    num_speculative_tokens: int | None = _defines(None)
+    tree_budget: int | None = _defines(None)
+    tp: int = _defines(1)
+    dtype: str = _defines("")
+    max_model_len: int | None = _defines(None)
+    load_format: str = _defines("")
+    prefix_caching: bool | None = _defines(None)
+    extra_args: list[str] = _defines(factory=list)
+    env: dict[str, str] = _defines(factory=dict)
+    endpoint_url: str = _defines("")
+    engine_build: str = _defines("")  # key into engine_flags.yaml overrides, e.g. "sglang-ddtree-pr"
     is_demo_model: bool = False
 
 
@@ -61,20 +71,21 @@ class WorkloadSpec:
     Closed loop when `request_rate` is None (at most `concurrency` requests in flight);
     otherwise open loop at `request_rate` req/s with gamma `burstiness` (1.0 = Poisson), still
     capped at `concurrency`. Lengths are in the server's tokens. `slo` maps metric names
-    (`ttft_ms`, `tpot_ms`, `e2el_ms`) to upper bounds in ms for goodput.
+    (`ttft_ms`, `tpot_ms`, `e2el_ms`) to upper bounds in ms for goodput. Every field but the
+    warmup and the SLOs defines the point (`_defines`).
     """
 
-    dataset: str = "random"  # random | sharegpt | jsonl
-    dataset_path: str = ""
-    input_len: int = 128
-    output_len: int = 128
-    num_prompts: int = 16
-    concurrency: int = 1
-    request_rate: float | None = None
-    burstiness: float = 1.0
-    ignore_eos: bool = True
-    temperature: float = 0.0
-    seed: int = 0
+    dataset: str = _defines("random")  # random | sharegpt | jsonl
+    dataset_path: str = _defines("")
+    input_len: int = _defines(128)
+    output_len: int = _defines(128)
+    num_prompts: int = _defines(16)
+    concurrency: int = _defines(1)
+    request_rate: float | None = _defines(None)
+    burstiness: float = _defines(1.0)
+    ignore_eos: bool = _defines(True)
+    temperature: float = _defines(0.0)
+    seed: int = _defines(0)
     warmup_requests: int | None = None  # None -> max(concurrency, 1)
     slo: dict[str, float] = field(default_factory=dict)
 
@@ -98,39 +109,6 @@ class Limits:
     stop_timeout_s: float = 30.0
     max_error_rate: float = 0.01
     telemetry_hz: float = 10.0
-
-
-#: Fields of ServerConfig / WorkloadSpec that define a benchmark point (not where or how long).
-_POINT_SERVER_FIELDS = (
-    "engine",
-    "engine_build",
-    "model",
-    "drafter",
-    "method",
-    "num_speculative_tokens",
-    "tree_budget",
-    "tp",
-    "dtype",
-    "max_model_len",
-    "load_format",
-    "prefix_caching",
-    "extra_args",
-    "env",
-    "endpoint_url",
-)
-_POINT_WORKLOAD_FIELDS = (
-    "dataset",
-    "dataset_path",
-    "input_len",
-    "output_len",
-    "num_prompts",
-    "concurrency",
-    "request_rate",
-    "burstiness",
-    "ignore_eos",
-    "temperature",
-    "seed",
-)
 
 
 @dataclass
@@ -158,11 +136,12 @@ class RunSpec:
         forbid sharing a server (engine, build, model, drafter, method, k, tree budget, TP,
         dtype, max_model_len, load format, prefix caching, extra args, env, endpoint), the
         workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
-        temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup."""
+        temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup.
+        Which fields: those declared with `_defines`."""
         s, w = self.server, self.workload
         return {
-            "server": {f: getattr(s, f) for f in _POINT_SERVER_FIELDS},
-            "workload": {f: getattr(w, f) for f in _POINT_WORKLOAD_FIELDS},
+            "server": {f: getattr(s, f) for f in _SERVER_POINT_FIELDS},
+            "workload": {f: getattr(w, f) for f in _WORKLOAD_POINT_FIELDS},
             "repeat": self.repeat_index,
         }
 
@@ -189,6 +168,10 @@ class RunSpec:
             repeat_index=data.get("repeat_index", 0),
             limits=Limits(**data.get("limits", {})),
         )
+
+
+_SERVER_POINT_FIELDS = tuple(f.name for f in fields(ServerConfig) if f.metadata.get("defines_point"))
+_WORKLOAD_POINT_FIELDS = tuple(f.name for f in fields(WorkloadSpec) if f.metadata.get("defines_point"))
 
 
 def _canonical(data: Any) -> str:

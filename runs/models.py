@@ -446,7 +446,8 @@ class RegressionFlag(models.Model):
 
     Natural key (sweep, point_key, metric): re-running detection updates a flag and never
     duplicates it. The series is (host, sweep name). `point_key` is
-    benchkit.compare.sweepdiff.identity_hash; label, tp, concurrency and lengths are copied for
+    benchkit.point.Point.identity_hash (its help text names the function's earlier home, kept so
+    that no migration is needed); label, tp, concurrency and lengths are copied for
     display. Values are medians in the metric's unit; `change_pct` is value / baseline - 1 in %.
     An acknowledged flag keeps who, when and why (audit) and is never deleted by a re-run.
     """

@@ -1,24 +1,32 @@
-"""Read-side queries of the runs app. Each returns plain querysets or dicts; no writes."""
+"""Read-side queries of the runs app. Each returns plain querysets, dicts or benchkit records
+(points: `load_points`, the one builder of benchkit.point.Point from stored runs); no writes."""
 
 from __future__ import annotations
 
 import bisect
-import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, Case, CharField, Count, Max, Min, Q, QuerySet, TextField, Value, When
+from django.db.models import BooleanField, Case, CharField, Count, F, Max, Min, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure.efficiency import cost_usd_per_m_output_tokens
 from benchkit.measure.metrics import METRIC_FIELDS, METRICS, WindowMetrics
-from benchkit.methods import method_label
+from benchkit.point import (
+    AXIS_FIELDS,
+    DECODING_FIELDS,
+    FILTER_FIELDS,
+    GRID_FIELDS,
+    PRICED_FIGURES,
+    RECORD_FIELDS,
+    Point,
+    build_points,
+)
 from runs.models import (
     ACTIVE_STATES,
     GpuPrice,
@@ -36,12 +44,20 @@ from runs.models import (
 #: 20 KB server-log tail. Only the run page and recompute read them.
 HEAVY_RUN_COLUMNS = ("spec", "server_env", "server_log_tail")
 HEAVY_METRICS_COLUMNS = ("distributions", "definitions", "extra")
-#: Run columns of a point dict (`figure_points`): what speedup matching and the figures read.
-_POINT_COLUMNS = ("id", "host_id", "engine", "engine_version", "engine_build", "model", "gpus", "tp", "dataset",
-                  "input_len", "output_len", "concurrency", "request_rate", "temperature", "seed", "method",
-                  "num_speculative_tokens", "tree_budget", "drafter", "repeat_index")
-#: Grid order of a sweep's runs.
-GRID_ORDER = ("tp", "method", "num_speculative_tokens", "tree_budget", "concurrency", "output_len", "id")
+
+
+def _column(field: str) -> str:
+    """The Run column of a point field that is one (the run id is the row's `id`)."""
+    return "id" if field == "run_id" else field
+
+
+#: The point's fields that are Run columns, loaded as they are (benchkit.point.RECORD_FIELDS; the
+#: others are made by `load_points`: GPU UUIDs and names from `gpus`, the hardware fingerprint
+#: from the host's snapshots).
+_RUN_COLUMNS = {f.attname for f in Run._meta.concrete_fields} | {"id"}
+_STORED_FIELDS = tuple(f for f in RECORD_FIELDS if _column(f) in _RUN_COLUMNS)
+#: Grid order of a sweep's runs (benchkit.point.GRID_FIELDS as Run columns).
+GRID_ORDER = tuple(_column(f) for f in GRID_FIELDS)
 
 
 def sweep_list() -> QuerySet[Sweep]:
@@ -90,77 +106,42 @@ def _selection(qs: QuerySet[Run], tp: Iterable[int] = (), concurrency: Iterable[
     return qs.filter(q) if q else qs
 
 
-def figure_points(sweep_id: int, metric_fields: Sequence[str], **selection: Any) -> list[dict[str, Any]]:
-    """Point dicts of a sweep's counted runs for figures, in one query of exactly the columns
-    they need: the shape of `point_from_run` (match and configuration fields, `run_id`,
-    `label`, `repeat_index`) with only the WindowMetrics fields named in `metric_fields`.
+def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float | None] | None = None,
+                  **selection: Any) -> list[Point]:
+    """Points of a sweep's counted runs for its figures, with the figures named in `figures`
+    (WindowMetrics fields) and, given `prices` (`gpu_prices()`), the priced ones
+    (`load_points`), in grid order (`Point.grid_key`). No hardware fingerprint ("").
 
-    `selection`: keyword filters of `_selection` (tp, concurrency, output_len, methods,
-    configs). Raises KeyError naming a metric field that is not in the schema. Grid order
-    (`_grid_key`)."""
-    for f in metric_fields:
-        if f not in METRICS:
-            raise KeyError(f"not a WindowMetrics field: {f!r}")
+    `selection`: keyword filters of `_selection` (tp, concurrency, output_len, methods, configs,
+    host). Raises KeyError naming a figure that is not in the schema."""
     # sorted here, not by the database: PostgreSQL's sort of thousands of rows on the text column
     # `method` under the database's collation took a third of the query (issue 9, 100k runs)
     qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
-    # the GPU list as its stored text, decoded once per distinct value (a sweep has a few)
-    cols = [c for c in _POINT_COLUMNS if c not in ("id", "gpus")]
-    rows = qs.annotate(gpus_text=Cast("gpus", TextField())).values_list(
-        "id", "gpus_text", *cols, *(f"metrics__{f}" for f in metric_fields))
-    uuids: dict[str | None, tuple[str, ...]] = {}
-    names: dict[str | None, tuple[str, ...]] = {}
-    labels: dict[tuple, str] = {}
-    points = []
-    n = 2 + len(cols)
-    for r in rows:
-        text = r[1]
-        if text not in uuids:
-            gpus = (json.loads(text) if text else None) or []
-            uuids[text] = tuple(g.get("uuid", "") for g in gpus)
-            names[text] = tuple(g.get("name", "") for g in gpus)
-        p = dict(zip(cols, r[2:n], strict=True))
-        cfg = (p["method"], p["num_speculative_tokens"], p["tree_budget"])
-        if cfg not in labels:
-            labels[cfg] = method_label(*cfg)
-        p["run_id"], p["gpu_uuids"], p["gpu_names"], p["label"] = r[0], uuids[text], names[text], labels[cfg]
-        p.update(zip(metric_fields, r[n:], strict=True))
-        points.append(p)
-    points.sort(key=_grid_key)
+    points = load_points(qs, figures, prices=prices)
+    points.sort(key=Point.grid_key)
     return points
 
 
-def _grid_key(p: dict[str, Any]) -> tuple:
-    """GRID_ORDER of a point dict, empty values last (as PostgreSQL orders NULLs ascending),
-    text by code point."""
-    k, b, c, o = p["num_speculative_tokens"], p["tree_budget"], p["concurrency"], p["output_len"]
-    return (p["tp"], p["method"], k is None, k or 0, b is None, b or 0, c is None, c or 0, o is None, o or 0,
-            p["run_id"])
-
-
 def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
-    """The distinct (tp, concurrency, output_len, method, num_speculative_tokens, tree_budget)
-    of a sweep's counted runs (one query): what its filters can choose from."""
-    return list(Run.objects.counted().filter(sweep_id=sweep_id)
-                .values("tp", "concurrency", "output_len", "method", "num_speculative_tokens", "tree_budget")
+    """The distinct grid axes (benchkit.point.AXIS_FIELDS: TP, decoding configuration,
+    concurrency, output and input length) of a sweep's counted runs, one dict each (one query):
+    what its filters can choose from."""
+    return list(Run.objects.counted().filter(sweep_id=sweep_id).values(*(_column(f) for f in AXIS_FIELDS))
                 .distinct().order_by())
 
 
-_DIMENSIONS = ("tp", "concurrency", "output_len", "method", "num_speculative_tokens", "tree_budget")
-
-
-def dimensions_of(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def dimensions_of(points: list[Point]) -> list[dict[str, Any]]:
     """`sweep_dimensions` read off already loaded points (no query): equal to it when `points`
     are every counted run of the sweep (`figure_points` without a selection)."""
-    return [dict(zip(_DIMENSIONS, key, strict=True)) for key in dict.fromkeys(itemgetter(*_DIMENSIONS)(p)
-                                                                                for p in points)]
+    keys = dict.fromkeys(tuple(getattr(p, f) for f in AXIS_FIELDS) for p in points)
+    return [dict(zip(AXIS_FIELDS, key, strict=True)) for key in keys]
 
 
 def config_state_counts(sweep_id: int) -> list[dict[str, Any]]:
-    """{method, num_speculative_tokens, tree_budget, tp, state, n}: runs of a sweep per
+    """{the decoding fields (benchkit.point.DECODING_FIELDS), tp, state, n}: runs of a sweep per
     configuration, TP degree and state (one GROUP BY query)."""
     return list(Run.objects.filter(sweep_id=sweep_id)
-                .values("method", "num_speculative_tokens", "tree_budget", "tp", "state")
+                .values(*DECODING_FIELDS, "tp", "state")
                 .annotate(n=Count("id")).order_by())
 
 
@@ -190,10 +171,15 @@ def sweep_hosts(sweep_id: int) -> list[str]:
                 .distinct())
 
 
-def counted_points(runs) -> list[dict[str, Any]]:
-    """Point dicts (`point_from_run`) of the counted runs among `runs` (already loaded, in
-    order): only succeeded runs with metrics feed charts and speedups (`Run.counts`)."""
-    return [point_from_run(r) for r in runs if r.counts]
+def counted_points(runs, prices: dict[str, float | None] | None = None) -> list[Point]:
+    """Points of the counted runs among `runs` (Run rows already loaded with their metrics, in
+    order; only succeeded runs with metrics feed charts and speedups: `Run.counts`), with every
+    WindowMetrics figure and, given `prices` (`gpu_prices()`), the priced ones: the rows
+    `load_points` would read, built the same way (`_points_of`); no hardware fingerprint ("")."""
+    figures = tuple(METRICS)
+    rows = ((*(getattr(r, _column(f)) for f in _STORED_FIELDS), json.dumps(r.gpus), "",
+             *(getattr(r.metrics, f) for f in figures)) for r in runs if r.counts)
+    return _points_of(rows, figures, dated=None, prices=prices)
 
 
 def gpu_prices() -> dict[str, float | None]:
@@ -202,45 +188,38 @@ def gpu_prices() -> dict[str, float | None]:
             for name, price in GpuPrice.objects.values_list("gpu_name", "usd_per_gpu_hour")}
 
 
-def price_for(run: Run | dict[str, Any], prices: dict[str, float | None] | None = None) -> float | None:
-    """The USD price per GPU-hour of `run`'s GPU model (`Run.gpus[*].name`, or a dict with a
-    `gpus` list): None when the run has no GPUs, a GPU without a name, GPUs of different models,
-    or no price set for its model (no cost figure then, never a guess). `prices`: the table of
-    `gpu_prices()` when the caller prices many runs (else one query)."""
-    gpus = run.get("gpus") if isinstance(run, dict) else run.gpus
-    names = {g.get("name") or "" for g in gpus or [] if isinstance(g, dict)}
-    if len(names) != 1 or "" in names:
+def _price(names: Iterable[str], table: dict[str, float | None] | None) -> float | None:
+    """The price per GPU-hour of GPUs named `names`: None for no GPU, a GPU without a name, GPUs
+    of different models, or no price set for the model (no cost figure then, never a guess).
+    `table`: `gpu_prices()`, read here (one query) when None and a price is needed."""
+    distinct = set(names)
+    if len(distinct) != 1 or "" in distinct:
         return None
-    table = prices if prices is not None else gpu_prices()
-    return table.get(names.pop())
+    return (table if table is not None else gpu_prices()).get(distinct.pop())
 
 
-def cost_of(run: Run | dict[str, Any], m: RunMetrics | WindowMetrics | dict[str, Any] | None,
+def price_for(run: Run, prices: dict[str, float | None] | None = None) -> float | None:
+    """The USD price per GPU-hour of `run`'s GPU model (`Run.gpus[*].name`): None when the run
+    has no GPUs, a GPU without a name, GPUs of different models, or no price set for its model.
+    `prices`: the table of `gpu_prices()` when the caller prices many runs (else one query)."""
+    return _price((g.get("name") or "" for g in run.gpus or [] if isinstance(g, dict)), prices)
+
+
+def cost_of(run: Run, m: RunMetrics | WindowMetrics | None,
             prices: dict[str, float | None] | None = None) -> tuple[float | None, float | None]:
     """(USD per million output tokens, the USD per GPU-hour it used) of `run` at today's price
     (benchkit.measure.efficiency.cost_usd_per_m_output_tokens over the window's duration and
     output tokens, G = the run's GPUs); (None, price) when a figure is missing."""
     price = price_for(run, prices)
-    gpus = run.get("gpus") if isinstance(run, dict) else run.gpus
-    get = m.get if isinstance(m, dict) else (lambda k: getattr(m, k, None))
-    if m is None or price is None:
+    if m is None:
         return None, price
-    duration, tokens = get("duration_s"), get("total_output_tokens")
-    if not duration or not tokens:
-        return None, price
-    return cost_usd_per_m_output_tokens(price, len(gpus or []), duration, int(tokens)), price
+    return _cost(price, len(run.gpus or []), m.duration_s, m.total_output_tokens), price
 
 
-def add_costs(points: list[dict[str, Any]], prices: dict[str, float | None] | None = None) -> list[dict[str, Any]]:
-    """Set `cost_usd_per_m_output_tokens` and `price_usd_per_gpu_hour` on each point dict (from
-    `gpu_names`, `duration_s` and `total_output_tokens`; None where a figure or the price is
-    missing) at today's prices (`gpu_prices()`, one query, unless given). Returns `points`."""
-    table = gpu_prices() if prices is None else prices
-    for p in points:
-        names = p.get("gpu_names") or ()
-        run = {"gpus": [{"name": n} for n in names]}
-        p["cost_usd_per_m_output_tokens"], p["price_usd_per_gpu_hour"] = cost_of(run, p, table)
-    return points
+def _cost(price: float | None, n_gpus: int, duration_s: float | None, output_tokens: int | None) -> float | None:
+    if price is None or not duration_s or not output_tokens:
+        return None
+    return cost_usd_per_m_output_tokens(price, n_gpus, duration_s, int(output_tokens))
 
 
 #: select_related of the run page: its telemetry and log rows without their data (gpu_series).
@@ -299,24 +278,77 @@ def window_of(m: RunMetrics) -> WindowMetrics:
     return WindowMetrics(**{f.name: getattr(m, f.name) for f in METRIC_FIELDS})
 
 
-def point_from_run(run: Any) -> dict[str, Any]:
-    """Flatten a succeeded Run with metrics into the point dict benchkit.compare.speedups uses.
+def load_points(runs: QuerySet[Run], figures: Sequence[str] = (), *, gpus: bool = True,
+                snapshots: dict[int, list[dict[str, Any]]] | None = None,
+                prices: dict[str, float | None] | None = None) -> list[Point]:
+    """The one builder of points from stored runs: the benchkit.point.Point of each run of `runs`
+    (a queryset already narrowed to counted runs and ordered as the caller wants), in one query of
+    exactly the columns a point needs, never the samples, spec, argv, environment or log tail:
+    the point's Run columns, `gpus` (as text, decoded once per distinct value: a sweep has a
+    few; `gpus=False` leaves it unread and the points without GPU UUIDs and names, for a page
+    that never matches runs by GPU), and the `figures` (WindowMetrics fields) of its metrics row.
 
-    Output: match fields, config fields, `run_id`, `label`, `repeat_index`, and every
-    WindowMetrics field under its own name (`output_throughput_tok_s`, `median_tpot_ms`,
-    `acceptance_length`, ...; None where unknown).
-    """
-    return {
-        "run_id": run.pk, "host_id": run.host_id,
-        "engine": run.engine, "engine_version": run.engine_version, "engine_build": run.engine_build,
-        "model": run.model, "gpu_uuids": tuple(g.get("uuid", "") for g in run.gpus or []),
-        "gpu_names": tuple(g.get("name", "") for g in run.gpus or []), "tp": run.tp,
-        "dataset": run.dataset, "input_len": run.input_len, "output_len": run.output_len,
-        "concurrency": run.concurrency, "request_rate": run.request_rate, "temperature": run.temperature,
-        "seed": run.seed, "method": run.method, "num_speculative_tokens": run.num_speculative_tokens,
-        "tree_budget": run.tree_budget, "drafter": run.drafter, "label": run.method_label,
-        "repeat_index": run.repeat_index, **window_of(run.metrics).to_dict(),
-    }
+    `snapshots` ({host id: snapshots oldest first}, `snapshot_history`) gives each point the
+    hardware fingerprint of its host's snapshot in force when the run started, computed by the
+    database in the same query (`_fingerprint_case`) or, past FINGERPRINT_CASE_MAX changes,
+    dated here from `started_at`; None: not read (""). `prices` (`gpu_prices()`) adds the priced
+    figures (benchkit.point.PRICED_FIGURES; `figures` must then hold `duration_s` and
+    `total_output_tokens`). Raises KeyError naming a figure that is not in the schema."""
+    for f in figures:
+        if f not in METRICS:
+            raise KeyError(f"not a WindowMetrics field: {f!r}")
+    runs = runs.annotate(gpus_text=Cast("gpus", TextField()) if gpus else Value(None, TextField()))
+    case = _fingerprint_case(snapshots) if snapshots else None
+    dated = None
+    if case is not None:
+        runs = runs.annotate(fingerprint=case)
+    elif snapshots:
+        runs, dated = runs.annotate(fingerprint=F("started_at")), _dated(snapshots)
+    else:
+        runs = runs.annotate(fingerprint=Value("", CharField()))
+    rows = runs.values_list(*(_column(f) for f in _STORED_FIELDS), "gpus_text", "fingerprint",
+                            *(f"metrics__{f}" for f in figures))
+    return _points_of(rows, figures, dated=dated, prices=prices)
+
+
+def _dated(snapshots: dict[int, list[dict[str, Any]]]) -> Callable[[Any, int | None], str]:
+    """(started_at, host id) -> the fingerprint of the host's snapshot in force then ("")."""
+    times = {h: [s["taken_at"] for s in lst] for h, lst in snapshots.items()}
+
+    def at(when: Any, host_id: int | None) -> str:
+        ts = times.get(host_id)
+        i = bisect.bisect_right(ts, when) if ts and when is not None else 0
+        return snapshots[host_id][i - 1]["fingerprint"] if i else ""
+
+    return at
+
+
+def _points_of(rows: Iterable[Sequence[Any]], figures: Sequence[str], *,
+               dated: Callable[[Any, int | None], str] | None, prices: dict[str, float | None] | None
+               ) -> list[Point]:
+    """Points (benchkit.point.build_points) from rows of: the _STORED_FIELDS values, the `gpus`
+    column as JSON text (None: not read), the hardware fingerprint (or, with `dated`, the start
+    time it is dated from), the `figures` values. With `prices`, each point is priced."""
+    n, host_at = len(_STORED_FIELDS), _STORED_FIELDS.index("host_id")
+    gpus: dict[str | None, tuple] = {}
+    names = (*figures, *PRICED_FIGURES) if prices is not None else tuple(figures)
+    duration_at = n + 2 + figures.index("duration_s") if prices is not None else 0
+    tokens_at = n + 2 + figures.index("total_output_tokens") if prices is not None else 0
+
+    def row(r: Sequence[Any]) -> tuple:
+        text = r[n]
+        if text not in gpus:
+            g = [x for x in ((json.loads(text) if text else None) or []) if isinstance(x, dict)]
+            uuids, gnames = tuple(x.get("uuid", "") for x in g), tuple(x.get("name", "") for x in g)
+            gpus[text] = (uuids, gnames, _price(gnames, prices) if prices is not None else None)
+        uuids, gnames, price = gpus[text]
+        fp = r[n + 1] if dated is None else dated(r[n + 1], r[host_at])
+        if prices is None:
+            return (*r[:n], uuids, gnames, fp, *r[n + 2:])
+        cost = _cost(price, len(uuids), r[duration_at], r[tokens_at])
+        return (*r[:n], uuids, gnames, fp, *r[n + 2:], cost, price)
+
+    return build_points((*_STORED_FIELDS, "gpu_uuids", "gpu_names", "hardware_fingerprint"), names, map(row, rows))
 
 
 def state_counts(sweep: Sweep) -> dict[str, int]:
@@ -376,31 +408,8 @@ def recent_snapshots(host: Host, limit: int = 50) -> list[HardwareSnapshot]:
 # oldest first; every query below reads a bounded set of sweeps through the index
 # `sweep_series_latest` and the runs of those sweeps only (`run_sweep_state`), never all runs.
 
-#: Run columns every history point carries (benchkit.compare.sweepdiff.IDENTITY_FIELDS and
-#: ENV_FIELDS but the fingerprint, and speedups' MATCH_FIELDS but the GPU UUIDs, which come
-#: from `gpus`).
-_HISTORY_RUN_COLUMNS = ("id", "sweep_id", "host_id", "engine", "engine_version", "engine_build", "engine_commit",
-                        "model", "drafter", "method", "num_speculative_tokens", "tree_budget", "tp", "dataset",
-                        "input_len", "output_len", "concurrency", "request_rate", "temperature", "seed",
-                        "repeat_index", "started_at", "gpus_text")
-#: Filters a history query accepts (run columns, each a list of allowed values).
-HISTORY_FILTERS = ("tp", "concurrency", "output_len", "input_len", "method")
 #: At most this many snapshots per host are read to date runs' hardware fingerprints.
 SNAPSHOT_HISTORY_CAP = 1000
-
-
-def _method_label(method: str, k: int | None, budget: int | None, _cache: dict = {}) -> str:  # noqa: B006
-    """Run.method_label for loose column values (one unsaved Run per distinct configuration)."""
-    key = (method, k, budget)
-    if key not in _cache:
-        _cache[key] = Run(method=method, num_speculative_tokens=k, tree_budget=budget).method_label
-    return _cache[key]
-
-
-@functools.lru_cache(maxsize=1024)
-def _gpu_uuids(gpus_json: str | None) -> tuple[str, ...]:
-    """The UUIDs of a run's `gpus` column given as JSON text."""
-    return tuple(g.get("uuid", "") for g in json.loads(gpus_json or "[]") or [])
 
 
 def series_sweeps(host_id: int, name: str, until: Sweep | None = None, limit: int = 30,
@@ -441,17 +450,23 @@ def state_counts_by_sweep(sweep_ids: list[int]) -> dict[int, dict[str, int]]:
     return out
 
 
-def snapshot_history(host_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+def snapshot_history(host_ids: Iterable[int] | QuerySet) -> dict[int, list[dict[str, Any]]]:
     """{host id: snapshots oldest first}, each {taken_at, fingerprint, changed, driver_version,
-    cuda_version, gpu_name, gpu_count}; the newest SNAPSHOT_HISTORY_CAP per host (one query)."""
-    out: dict[int, list[dict[str, Any]]] = {h: [] for h in host_ids}
-    if not host_ids:
-        return out
+    cuda_version, gpu_name, gpu_count}; the newest SNAPSHOT_HISTORY_CAP per host (one query;
+    `host_ids` may be a queryset of host ids, read as a subquery). A host without snapshots
+    maps to [] when named in a list, and is absent when `host_ids` is a queryset."""
+    if isinstance(host_ids, QuerySet):
+        out: dict[int, list[dict[str, Any]]] = {}
+    else:
+        out = {h: [] for h in host_ids}
+        if not out:
+            return out
+        host_ids = list(out)
     rows = (HardwareSnapshot.objects.filter(host_id__in=host_ids).order_by("host_id", "-taken_at")
             .values("host_id", "taken_at", "fingerprint", "changed", "driver_version", "cuda_version", "gpu_name",
                     "gpu_count"))
     for r in rows:
-        lst = out[r.pop("host_id")]
+        lst = out.setdefault(r.pop("host_id"), [])
         if len(lst) < SNAPSHOT_HISTORY_CAP:
             lst.append(r)
     for lst in out.values():
@@ -488,74 +503,33 @@ def _fingerprint_case(snapshots: dict[int, list[dict[str, Any]]]) -> Case | None
     return Case(*whens, default=Value(""), output_field=CharField())
 
 
-def history_points(sweep_ids: list[int], metrics: tuple[str, ...], filters: dict[str, list] | None = None,
-                   snapshots: dict[int, list[dict[str, Any]]] | None = None,
-                   gpus: bool = True) -> list[dict[str, Any]]:
-    """Counted points of the sweeps `sweep_ids` with only the columns a history page needs:
-    run columns (_HISTORY_RUN_COLUMNS but `started_at`; `run_id` for `id`), `gpu_uuids`,
-    `label`, `hardware_fingerprint` (the host's snapshot in force when the run started: given
-    `snapshots`, computed by the database in the same query (`_fingerprint_case`), else from
-    one more query; `snapshots={}` skips it: "") and the WindowMetrics fields `metrics`;
-    `gpus=False` leaves out `gpu_uuids` (needed by speedups only). `filters`: run column ->
-    allowed values (HISTORY_FILTERS). One query for the runs (succeeded, with metrics;
-    `Run.objects.counted()`), in (sweep, id) order.
-    """
+def history_points(sweep_ids: list[int], figures: Sequence[str], filters: dict[str, list] | None = None,
+                   snapshots: dict[int, list[dict[str, Any]]] | None = None, gpus: bool = True) -> list[Point]:
+    """Points of the counted runs of the sweeps `sweep_ids` with the figures `figures`, in (sweep,
+    id) order (`load_points`: one query). The hardware fingerprint of each is its host's snapshot
+    in force when it started: given `snapshots`, computed in the same query; None: from one more
+    query (`snapshot_history` of the runs' hosts); `snapshots={}` skips it (""). `gpus=False`:
+    no GPU UUIDs or names (a page that never matches runs by GPU). `filters`: point field ->
+    allowed values, for the fields of benchkit.point.FILTER_FIELDS; ValueError for another."""
     qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
-    for col, allowed in (filters or {}).items():
-        if col not in HISTORY_FILTERS:
-            raise ValueError(f"unknown history filter {col!r}: use {', '.join(HISTORY_FILTERS)}")
-        qs = qs.filter(**{f"{col}__in": allowed})
-    case = _fingerprint_case(snapshots) if snapshots else None
-    skip = {"started_at"} if snapshots == {} or case is not None else set()
-    if not gpus:
-        skip.add("gpus_text")
-    columns = tuple(c for c in _HISTORY_RUN_COLUMNS if c not in skip)
-    names = [*columns, *(f"metrics__{m}" for m in metrics)]
-    # the GPU list as text, decoded once per distinct value (a sweep has a few), not per row
-    if gpus:
-        qs = qs.annotate(gpus_text=Cast("gpus", TextField()))
-    if case is not None:
-        qs = qs.annotate(fingerprint_at_start=case)
-        names.append("fingerprint_at_start")
-    rows = list(qs.order_by("sweep_id", "id").values_list(*names))
-    keys = ["run_id" if c == "id" else c for c in columns] + list(metrics)
-    labels: dict[tuple, str] = {}
-    out = []
-    if case is not None or snapshots == {}:
-        for r in rows:
-            p = dict(zip(keys, r, strict=False))
-            if gpus:
-                p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
-            cfg = (p["method"], p["num_speculative_tokens"], p["tree_budget"])
-            if cfg not in labels:
-                labels[cfg] = _method_label(*cfg)
-            p["label"] = labels[cfg]
-            p["hardware_fingerprint"] = r[-1] if case is not None else ""
-            out.append(p)
-        return out
+    for name, allowed in (filters or {}).items():
+        if name not in FILTER_FIELDS:
+            raise ValueError(f"unknown history filter {name!r}: use {', '.join(FILTER_FIELDS)}")
+        qs = qs.filter(**{f"{_column(name)}__in": allowed})
     if snapshots is None:
-        snapshots = snapshot_history(sorted({r[2] for r in rows}))  # r[2]: host_id
-    times = {h: [s["taken_at"] for s in lst] for h, lst in snapshots.items()}
-    for r in rows:
-        p = dict(zip(keys, r, strict=True))
-        if gpus:
-            p["gpu_uuids"] = _gpu_uuids(p.pop("gpus_text"))
-        p["label"] = _method_label(p["method"], p["num_speculative_tokens"], p["tree_budget"])
-        when, ts = p.pop("started_at", None), times.get(p["host_id"])
-        i = bisect.bisect_right(ts, when) if ts and when is not None else 0
-        p["hardware_fingerprint"] = snapshots[p["host_id"]][i - 1]["fingerprint"] if i else ""
-        out.append(p)
-    return out
+        snapshots = snapshot_history(Run.objects.filter(sweep_id__in=sweep_ids).values("host_id"))
+    return load_points(qs.order_by("sweep_id", "id"), figures, gpus=gpus, snapshots=snapshots)
 
 
 def facet_values(sweep_ids: list[int]) -> dict[str, list]:
-    """{filter column: sorted distinct values} over the counted runs of `sweep_ids` (one grouped
-    query on the runs of those sweeps)."""
-    rows = Run.objects.counted().filter(sweep_id__in=sweep_ids).order_by().values_list(*HISTORY_FILTERS).distinct()
-    out: dict[str, set] = {c: set() for c in HISTORY_FILTERS}
+    """{filter field (benchkit.point.FILTER_FIELDS): sorted distinct values} over the counted runs
+    of `sweep_ids` (one grouped query on the runs of those sweeps)."""
+    rows = (Run.objects.counted().filter(sweep_id__in=sweep_ids).order_by()
+            .values_list(*(_column(f) for f in FILTER_FIELDS)).distinct())
+    out: dict[str, set] = {f: set() for f in FILTER_FIELDS}
     for r in rows:
-        for c, v in zip(HISTORY_FILTERS, r, strict=True):
-            out[c].add(v)
+        for f, v in zip(FILTER_FIELDS, r, strict=True):
+            out[f].add(v)
     return {c: sorted(v) for c, v in out.items()}
 
 

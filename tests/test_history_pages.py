@@ -234,3 +234,40 @@ def test_figure_script_writes_what_json_script_writes():
     out = figure_script(fig, "fig-x")
     assert out == json_script(fig, "fig-x")
     assert "</script><b>" not in out.split(">", 1)[1][:-len("</script>")]
+
+
+def test_every_page_answers_a_bad_query_the_same_way(client):
+    """One parser (analysis.filters) and one answer (analysis.views.bad_query) on every page and
+    JSON endpoint: HTTP 400, plain text naming the parameter, whatever is stored."""
+    sweep = make_sweep()
+    series_q = {"host": sweep.host.name, "series": sweep.name}
+    cases = [("analysis:sweep_detail", [sweep.pk], {"tp": "x"}, "tp"),
+             ("analysis:sweep_data", [sweep.pk], {"concurrency": "-1"}, "concurrency"),
+             ("analysis:sweep_runs", [sweep.pk], {"state": "nonsense"}, "state"),
+             ("analysis:compare", [], {"new": "abc"}, "new"),
+             ("analysis:compare_data", [], {"tp": "x"}, "tp"),
+             ("analysis:trend", [], {**series_q, "nights": "0"}, "nights"),
+             ("analysis:trend_data", [], {**series_q, "output_len": "1.5"}, "output_len")]
+    for name, args, query, param in cases:
+        resp = client.get(reverse(name, args=args), query)
+        assert resp.status_code == 400 and resp["Content-Type"].startswith("text/plain"), name
+        assert resp.content.decode().startswith(f"bad query: {param}: "), (name, resp.content)
+
+
+def test_fingerprints_are_the_same_by_every_route(series, monkeypatch):
+    """runs.selectors.load_points dates each run's hardware fingerprint three ways (a CASE in the
+    query, in Python past FINGERPRINT_CASE_MAX changes, or after reading the snapshots itself):
+    the points are the same, and the driver update shows as two fingerprints."""
+    from runs import selectors
+
+    ids = [s.pk for s in series.sweeps]
+    snaps = selectors.snapshot_history([series.host.pk])
+    in_sql = selectors.history_points(ids, ("output_throughput_tok_s",), snapshots=snaps)
+    read_here = selectors.history_points(ids, ("output_throughput_tok_s",))
+    monkeypatch.setattr(selectors, "FINGERPRINT_CASE_MAX", 0)
+    dated = selectors.history_points(ids, ("output_throughput_tok_s",), snapshots=snaps)
+    key = [(p.run_id, p.hardware_fingerprint, p.gpu_uuids, p.output_throughput_tok_s) for p in in_sql]
+    assert key == [(p.run_id, p.hardware_fingerprint, p.gpu_uuids, p.output_throughput_tok_s) for p in dated]
+    assert key == [(p.run_id, p.hardware_fingerprint, p.gpu_uuids, p.output_throughput_tok_s) for p in read_here]
+    assert len({p.hardware_fingerprint for p in in_sql}) == 2 and "" not in {p.hardware_fingerprint for p in in_sql}
+    assert selectors.history_points(ids, (), snapshots={})[0].hardware_fingerprint == ""  # not read

@@ -1,6 +1,7 @@
 """Architectural rules written as tests (docs/ARCHITECTURE.md, "Layers").
 
-- benchkit must run alone on an offline GPU host: importing any of its modules imports no Django.
+- benchkit must run alone on an offline GPU host: importing any of its modules imports no Django
+  (benchkit.point, the record every page reads, included).
 - Dependencies go one way: tasks -> services -> benchkit; analysis reads runs through selectors.
   No module of `runs` imports `analysis`; no service imports the tasks module or the Celery app;
   no module of `benchkit` imports `runs`, `analysis` or `benchsite`; `benchsite` (settings, URLs,
@@ -15,6 +16,8 @@
   benchkit/engines/registry.py): no branch on an engine's name (`== "vllm"`, `in ("vllm",
   "sglang")`, `.startswith("sglang")`) anywhere else in benchkit, runs or analysis, and nothing
   outside benchkit/engines imports an engine module (the registry hands out its class).
+- A point (benchkit.point.Point) is made in two places only: its own module and, from stored
+  runs, `runs/selectors.py` (`load_points`); analysis and services read points through it.
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_benchkit_imports_no_django():
     modules = _benchkit_modules()
     assert "benchkit.execution.runner" in modules and "benchkit.measure.loadgen" in modules
+    assert "benchkit.point" in modules and "benchkit.compare.stats" in modules
     code = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules) + \
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n" \
         "print(','.join(bad))\n"
@@ -170,6 +174,34 @@ def test_imports_go_one_way(folder, forbidden):
             if any(name == f or name.startswith(f + ".") for f in forbidden):
                 bad.append(f"{path.relative_to(REPO)} imports {name}")
     assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+#: What makes a point, and the only files that may call it.
+_POINT_MAKERS = ("Point", "build_points", "_points_of")
+_MAY_MAKE_POINTS = ("benchkit/point.py", "runs/selectors.py")
+
+
+def _calls(path: Path, names: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, name) of every call of a function or class named in `names` in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                out.append((node.lineno, name))
+    return out
+
+
+def test_points_are_made_in_one_place(tmp_path):
+    bad = [f"{path.relative_to(REPO)}:{line} calls {name}" for folder in ("benchkit", "runs", "analysis", "benchsite")
+           for path in _py_files(folder) if str(path.relative_to(REPO)) not in _MAY_MAKE_POINTS
+           for line, name in _calls(path, _POINT_MAKERS)]
+    assert not bad, "points made outside benchkit/point.py and runs/selectors.py:\n" + "\n".join(bad)
+    p = tmp_path / "m.py"  # the scanner sees both spellings of a call
+    p.write_text("from benchkit import point\ndef f(rows):\n    return point.build_points((), (), rows), Point()\n")
+    assert _calls(p, _POINT_MAKERS) == [(3, "build_points"), (3, "Point")]
 
 
 def test_rule_catches_a_wrong_import(tmp_path):

@@ -6,30 +6,28 @@ import pytest
 
 from analysis import figures
 from benchkit.compare.speedups import (
+    DECODE,
+    END_TO_END,
     best_by,
-    bootstrap_ratio_ci,
-    bootstrap_ratio_cis,
     compute_speedups,
     inconsistent_gpu_tps,
+    relative_step_costs,
 )
 from benchkit.measure.metrics import WindowMetrics
-from benchkit.methods import method_label
+from benchkit.point import Point
 
 
 def point(run_id, method="auto", k=None, tps=100.0, tp=1, conc=1, gpus=("GPU-a",), repeat=0, tau=None, budget=None,
           tpot=None, out_len=128, **kw):
-    p = dict(run_id=run_id, engine="vllm", engine_version="0.32.0", engine_build="", model="/m", gpu_uuids=gpus,
-             tp=tp, dataset="random", input_len=32, output_len=out_len, concurrency=conc, request_rate=None,
-             temperature=0.0, seed=0, method=method, num_speculative_tokens=k, tree_budget=budget, drafter="",
-             label=method_label(method, k, budget), repeat_index=repeat,
-             **{**WindowMetrics().to_dict(), "output_throughput_tok_s": tps, "acceptance_length": tau,
-                "mean_tokens_per_chunk": tau, "median_tpot_ms": tpot})
-    p.update(kw)
-    return p
+    return Point(run_id=run_id, engine="vllm", engine_version="0.32.0", model="/m", gpu_uuids=gpus, tp=tp,
+                 input_len=32, output_len=out_len, concurrency=conc, method=method, num_speculative_tokens=k,
+                 tree_budget=budget, repeat_index=repeat, **kw,
+                 figures_={**WindowMetrics().to_dict(), "output_throughput_tok_s": tps, "acceptance_length": tau,
+                           "mean_tokens_per_chunk": tau, "median_tpot_ms": tpot})
 
 
 def by_label(sps):
-    return {(s.label, s.field("concurrency")): s for s in sps}
+    return {(s.label, s.point.concurrency): s for s in sps}
 
 
 def test_speedup_divides_by_matched_auto():
@@ -47,7 +45,7 @@ def test_hosts_without_gpus_never_pair_across_hosts():
     pts = [point(1, tps=100, gpus=(), host_id=1), point(2, "ngram", 4, tps=300, gpus=(), host_id=1),
            point(3, tps=50, gpus=(), host_id=2), point(4, "ngram", 4, tps=200, gpus=(), host_id=2),
            point(5, "draft_model", 2, tps=90, gpus=(), host_id=2)]
-    sps = {(s.label, s.field("host_id")): s for s in compute_speedups(pts)}
+    sps = {(s.label, s.point.host_id): s for s in compute_speedups(pts)}
     assert sps[("ngram k=4", 1)].value == pytest.approx(3.0) and sps[("ngram k=4", 1)].baseline_run_ids == [1]
     assert sps[("ngram k=4", 2)].value == pytest.approx(4.0) and sps[("ngram k=4", 2)].baseline_run_ids == [3]
     lone = compute_speedups([point(1, tps=100, gpus=(), host_id=1), point(5, "draft_model", 2, tps=90, gpus=(),
@@ -71,7 +69,7 @@ def test_baseline_can_be_any_configuration():
     """DDTree against linear DFlash, as the users report it (DOMAIN.md: 1.63x at TP1)."""
     pts = [point(1, tps=28.0), point(2, "linear", tps=28.0 * 6.5 / 1.63), point(3, "ddtree", budget=15, tps=182.0),
            point(4, tp=4, gpus=("a", "b", "c", "d"), tps=61.0)]
-    sps = {(s.label, s.field("tp")): s for s in compute_speedups(pts, baseline="linear")}
+    sps = {(s.label, s.point.tp): s for s in compute_speedups(pts, baseline="linear")}
     assert sps[("b15", 1)].value == pytest.approx(1.63) and sps[("b15", 1)].baseline == "linear"
     assert sps[("b15", 1)].baseline_run_ids == [2]
     assert sps[("auto", 1)].value == pytest.approx(1.63 / 6.5)
@@ -106,48 +104,16 @@ def test_repeats_use_medians_and_ci_needs_three():
     assert lo <= 2.0 <= hi and lo < hi and lin.spread.startswith("95% CI")
     two = [s for s in compute_speedups(pts[:2] + pts[3:5]) if s.label == "linear"][0]
     assert two.ci95 is None and two.spread == "2 repeats (median; CI needs 3)"
-    fig = figures.speedup_heatmap(compute_speedups(pts), {p["run_id"]: p for p in pts}, "auto")
+    fig = figures.speedup_heatmap(compute_speedups(pts), {p.run_id: p for p in pts}, "auto")
     (trace,) = fig["data"]
     assert trace["y"] == ["auto", "linear"]
     assert trace["text"][1][0].endswith(f"2.00×<br>{lo:.2f}–{hi:.2f}")  # the CI under the number
     assert "95% CI" in trace["hovertext"][1][0] and trace["customdata"][1][0]["runs"] == [10, 11, 12]
 
 
-def _per_pair_bootstrap(num, den, n_boot=2000, seed=0):
-    """The plain per-pair bootstrap the batched one must equal: resample indices into each
-    sorted side, np.median of each resample, percentiles of the ratios."""
-    rng = np.random.default_rng(seed)
-    a, b = np.sort(np.asarray(num, float)), np.sort(np.asarray(den, float))
-    ra = np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1)
-    rb = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
-    lo, hi = np.percentile(ra / rb, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def test_batched_bootstrap_equals_the_per_pair_one():
-    rng = np.random.default_rng(7)
-    pairs = [(list(rng.uniform(1, 2, n)), list(rng.uniform(1, 2, m)))
-             for n, m in [(3, 3), (5, 4), (6, 6), (3, 3), (7, 3), (1, 4), (2, 2), (12, 9)] * 5]
-    pairs.append(([1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 3.0]))  # ties
-    assert bootstrap_ratio_cis(pairs) == [_per_pair_bootstrap(a, b) for a, b in pairs]
-    # a pair's interval does not depend on the others, nor on the order of its values
-    assert bootstrap_ratio_cis(pairs[:1])[0] == bootstrap_ratio_cis([(pairs[0][0][::-1], pairs[0][1])])[0]
-
-
-def test_bootstrap_interval_covers_the_true_ratio():
-    rng = np.random.default_rng(3)
-    pairs = [(list(rng.normal(200, 10, 9)), list(rng.normal(100, 5, 9))) for _ in range(200)]
-    cover = sum(lo <= 2.0 <= hi for lo, hi in bootstrap_ratio_cis(pairs))
-    assert 170 <= cover <= 200  # ~95 % nominal (percentile bootstrap runs a little narrow at n = 9)
-
-
-def test_bootstrap_ci_of_identical_samples_is_a_point():
-    assert bootstrap_ratio_ci([2, 2, 2], [1, 1, 1]) == (2.0, 2.0)
-
-
 def test_best_ranks_by_speed_never_by_acceptance_length():
     pts = [point(1), point(2, "ddtree", budget=15, tps=650, tau=7.4), point(3, "ddtree", budget=64, tps=450, tau=9.0)]
-    best = best_by(compute_speedups(pts), lambda s: s.field("tp"))
+    best = best_by(compute_speedups(pts), lambda s: s.point.tp)
     assert best[1].label == "b15"
     assert best_by([s for s in compute_speedups(pts[1:])], lambda s: 0) == {}  # no baseline: nothing is best
 
@@ -183,7 +149,7 @@ def cell(fig, conc, label, tp):
 
 def test_heatmap_marks_the_best_cell_of_each_tp():
     pts = grid_points()
-    fig = figures.speedup_heatmap(compute_speedups(pts), {p["run_id"]: p for p in pts}, "auto")
+    fig = figures.speedup_heatmap(compute_speedups(pts), {p.run_id: p for p in pts}, "auto")
     assert len(fig["data"]) == 2  # one panel per concurrency
     trace = fig["data"][0]
     assert trace["y"] == ["auto", "linear", "b15", "b64"] and trace["x"] == ["TP1", "TP4", "TP8"]
@@ -196,7 +162,7 @@ def test_heatmap_marks_the_best_cell_of_each_tp():
 
 def test_heatmap_without_any_baseline_says_why():
     pts = [point(1, "linear"), point(2, "ddtree", budget=15)]
-    fig = figures.speedup_heatmap(compute_speedups(pts), {p["run_id"]: p for p in pts}, "auto")
+    fig = figures.speedup_heatmap(compute_speedups(pts), {p.run_id: p for p in pts}, "auto")
     assert "data" not in fig and "no matching auto baseline" in fig["empty"]
 
 
@@ -208,7 +174,7 @@ def test_tp_scaling_at_concurrency_one_goes_down_from_tp4_to_tp8():
         y = dict(zip(t["x"], t["y"], strict=True))
         assert y["TP4"] > y["TP8"], t["name"]
     assert {t["meta"]["concurrency"] for t in fig["data"]} == {1, 8}
-    one_tp = figures.tp_scaling_figure([p for p in grid_points() if p["tp"] == 1])
+    one_tp = figures.tp_scaling_figure([p for p in grid_points() if p.tp == 1])
     assert one_tp["empty"] == "One TP degree only (TP1): nothing to scale."
 
 
@@ -220,11 +186,11 @@ def test_decomposition_shows_tau_and_step_cost():
     cost = next(t for t in fig["data"] if t["type"] == "bar" and t["xaxis"] == "x2")
     # step time / AR TPOT = TPOT x tau / AR TPOT = tau / speedup at concurrency 1
     assert cost["y"] == pytest.approx([4.3 / 4.0, 7.4 / 6.5, 9.0 / 4.5], abs=1e-3)
-    no_counters = [{**p, "acceptance_length": None} for p in grid_points()]
+    no_counters = [p.replace(acceptance_length=None) for p in grid_points()]
     assert "no spec-decode counters" in figures.decomposition_figure(no_counters)["caption"]
-    nothing = [{**p, "acceptance_length": None, "mean_tokens_per_chunk": None} for p in grid_points()]
+    nothing = [p.replace(acceptance_length=None, mean_tokens_per_chunk=None) for p in grid_points()]
     assert "no spec-decode counters and no client" in figures.decomposition_figure(nothing)["empty"].lower()
-    only_auto = [p for p in grid_points() if p["method"] == "auto"]
+    only_auto = [p for p in grid_points() if p.method == "auto"]
     assert "only autoregressive" in figures.decomposition_figure(only_auto)["empty"]
 
 
@@ -235,7 +201,7 @@ def test_tradeoff_draws_curves_and_the_pareto_frontier():
     assert b15_tp4["y"][0] == pytest.approx(61 * 6.5, rel=1e-3)  # per-user tok/s = 1000 / TPOT
     front = next(t for t in fig["data"] if t["name"].startswith("Pareto"))
     assert front["x"] == sorted(front["x"]) and front["y"] == sorted(front["y"], reverse=True)
-    one_level = figures.tradeoff_figure([p for p in grid_points() if p["concurrency"] == 1])
+    one_level = figures.tradeoff_figure([p for p in grid_points() if p.concurrency == 1])
     assert one_level["empty"].startswith("One concurrency level only")
 
 
@@ -256,3 +222,25 @@ def test_histogram_is_binned_on_the_server():
 def test_topology_figure_colours_links():
     fig = figures.topology_figure(["GPU0", "GPU1"], {(0, 1): "NV18", (1, 0): "NV18", (0, 0): "X", (1, 1): "X"})
     assert fig["data"][0]["text"] == [["X", "NV18"], ["NV18", "X"]]
+
+
+def test_decode_speedup_is_the_tpot_ratio_and_tau_over_the_step_cost():
+    """MEASUREMENT.md "Comparing runs": decode speedup = baseline median TPOT / configuration
+    median TPOT = tau / relative step cost (TPOT x tau / baseline TPOT); end-to-end speedup is
+    the output tok/s ratio, a different figure when TTFT is not negligible."""
+    pts = [point(1, tps=100, tpot=20.0), point(2, tps=110, tpot=20.4, repeat=1),
+           point(3, "ddtree", budget=15, tps=300, tpot=8.0, tau=4.0),
+           point(4, "ddtree", budget=15, tps=280, tpot=8.4, tau=4.2, repeat=1)]
+    (b15,) = [s for s in compute_speedups(pts, figures=(END_TO_END, DECODE)) if s.label == "b15"]
+    decode, e2e = b15.ratios["decode"], b15.ratios["end_to_end"]
+    assert decode.value == pytest.approx(20.2 / 8.2) and decode.baseline_median == pytest.approx(20.2)
+    assert e2e.value == pytest.approx(290 / 105) and b15.value == e2e.value  # the pages' figure
+    costs = relative_step_costs(pts)
+    assert costs[1] is None and costs[3] == pytest.approx(8.0 * 4.0 / 20.2)
+    for run_id, tau, tpot in ((3, 4.0, 8.0), (4, 4.2, 8.4)):
+        assert tau / costs[run_id] == pytest.approx(20.2 / tpot)  # per run: tau / step cost = decode speedup
+    # only the figures asked for are computed; a TPOT of 0 gives no decode number, with the reason
+    assert set(compute_speedups(pts)[0].ratios) == {"end_to_end"}
+    zero = compute_speedups([point(1, tpot=20.0), point(2, "ngram", 4, tpot=0.0)], figures=(DECODE,))
+    (ngram,) = [s.ratios["decode"] for s in zero if s.label == "ngram k=4"]
+    assert ngram.value is None and ngram.reason == "median TPOT of the configuration is 0"

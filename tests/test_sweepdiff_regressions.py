@@ -6,30 +6,19 @@ import numpy as np
 import pytest
 
 from benchkit.compare.regressions import RegressionRule, detect_regressions
-from benchkit.compare.speedups import bootstrap_ratio_ci
-from benchkit.compare.sweepdiff import (
-    BETTER,
-    SAME,
-    UNKNOWN,
-    WORSE,
-    bootstrap_change_ci,
-    compare_sweeps,
-    identity_hash,
-)
-from benchkit.methods import method_label
+from benchkit.compare.sweepdiff import BETTER, SAME, UNKNOWN, WORSE, compare_sweeps
+from benchkit.point import Point
 
 _ids = iter(range(1, 1_000_000))
 
 
 def pt(method="auto", tps=100.0, tp=1, conc=1, tpot=10.0, ttft=50.0, tau=None, fp="hw1", version="0.10.0",
        budget=None, repeat=0, **kw):
-    p = dict(run_id=next(_ids), engine="sglang", model="/m", drafter="", method=method, num_speculative_tokens=None,
-             tree_budget=budget, tp=tp, dataset="random", input_len=512, output_len=1024, concurrency=conc,
-             request_rate=None, temperature=0.0, seed=0, label=method_label(method, None, budget),
-             repeat_index=repeat, hardware_fingerprint=fp, engine_version=version, engine_build="", engine_commit="",
-             output_throughput_tok_s=tps, median_tpot_ms=tpot, median_ttft_ms=ttft, acceptance_length=tau)
-    p.update(kw)
-    return p
+    return Point(run_id=next(_ids), engine="sglang", model="/m", method=method, tree_budget=budget, tp=tp,
+                 input_len=512, output_len=1024, concurrency=conc, repeat_index=repeat, hardware_fingerprint=fp,
+                 engine_version=version, **kw,
+                 figures_=dict(output_throughput_tok_s=tps, median_tpot_ms=tpot, median_ttft_ms=ttft,
+                               acceptance_length=tau))
 
 
 # --- compare -------------------------------------------------------------------------------------
@@ -86,24 +75,13 @@ def test_different_environment_is_put_apart_never_compared():
 
 def test_points_only_on_one_side():
     d = compare_sweeps([pt(), pt(tp=4)], [pt(), pt(tp=8)])
-    assert [x["tp"] for x in d.only_old] == [4] and [x["tp"] for x in d.only_new] == [8]
+    assert [x.point.tp for x in d.only_old] == [4] and [x.point.tp for x in d.only_new] == [8]
     assert len(d.matched) == 1
 
 
-def test_vectorised_bootstrap_agrees_with_the_scalar_one():
-    rng = np.random.default_rng(3)
-    # rank-space bootstrap (<= 12 repeats, odd and even) and resampling (14 repeats)
-    olds = [rng.normal(100, 5, 5) for _ in range(4)] + [rng.normal(50, 2, 3), rng.normal(80, 4, 14)]
-    news = [rng.normal(110, 5, 5) for _ in range(4)] + [rng.normal(50, 2, 4), rng.normal(84, 4, 14)]
-    many = bootstrap_change_ci(olds, news, n_boot=4000)
-    for (lo, hi), a, b in zip(many, olds, news, strict=True):
-        slo, shi = bootstrap_ratio_ci(list(b), list(a), n_boot=4000)
-        assert lo == pytest.approx(slo - 1, abs=0.02) and hi == pytest.approx(shi - 1, abs=0.02)
-
-
 def test_identity_ignores_environment_and_repeat():
-    assert identity_hash(pt(fp="a", repeat=0)) == identity_hash(pt(fp="b", repeat=2, version="x"))
-    assert identity_hash(pt(tp=1)) != identity_hash(pt(tp=4))
+    assert pt(fp="a", repeat=0).identity_hash() == pt(fp="b", repeat=2, version="x").identity_hash()
+    assert pt(tp=1).identity_hash() != pt(tp=4).identity_hash()
 
 
 # --- regressions ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Regression detection over a nightly series (issue 9): pure functions over point dicts.
+"""Regression detection over a nightly series (issue 9): pure functions over points
+(benchkit.point.Point).
 
 A *series* is the sequence of sweeps of one sweep file on one host, oldest first; each sweep is
-a *night*. Points are matched across nights by `benchkit.compare.sweepdiff.identity_key`; the
+a *night*. Points are matched across nights by `Point.identity_key()`; the
 repeats of a point in one night are pooled. Each rule is checked per point and per metric of
 `RegressionRule.metrics` (default: output tok/s, higher is better), on the newest night only
 (`detect_regressions`); a back-fill calls it once per night.
@@ -27,11 +28,11 @@ series is for — but the finding names it (`Finding.note`).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
-from benchkit.compare.sweepdiff import IDENTITY_FIELDS, env_difference, env_key, identity_hash, identity_key
+from benchkit.compare.stats import median
+from benchkit.compare.sweepdiff import env_difference
+from benchkit.point import SPEED_FIELD, Point
 
 TESTS = ("auto", "hud", "mannwhitney")
 MIN_REPEATS = 3
@@ -53,7 +54,7 @@ class RegressionRule:
     test: str = "auto"
     alpha: float = 0.05
     min_history: int = 3
-    metrics: tuple[tuple[str, int], ...] = (("output_throughput_tok_s", +1),)
+    metrics: tuple[tuple[str, int], ...] = ((SPEED_FIELD, +1),)
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -73,7 +74,8 @@ class RegressionRule:
 
 @dataclass
 class Finding:
-    """One flagged point on the newest night.
+    """One flagged point on the newest night: `point` is its first run that night (its
+    configuration: `f.point.tp`), `point_key` its `identity_hash()`.
 
     `value` and `baseline`: medians in the metric's unit; `change_pct`: value / baseline - 1 in
     % (negative = slower for tok/s); `previous_change_pct`: the night before's change against
@@ -82,8 +84,7 @@ class Finding:
     `note`: environment changes in the window ("" when none)."""
 
     point_key: str
-    label: str
-    fields: dict[str, Any]
+    point: Point
     metric: str
     sweep_id: int
     value: float
@@ -96,30 +97,32 @@ class Finding:
     baseline_sweep_ids: list[int] = field(default_factory=list)
     note: str = ""
 
+    @property
+    def label(self) -> str:
+        return self.point.label
+
 
 @dataclass
 class _Cell:
-    """One point on one night: its repeats' values per metric, run ids and environment."""
+    """One point on one night: its repeats' values per metric, run ids, environment and first run."""
 
     values: dict[str, list[float]]
     run_ids: list[int]
     env: tuple
-    label: str
-    fields: dict[str, Any]
+    point: Point
 
 
-def _cells(points: list[dict[str, Any]], metrics: list[str]) -> dict[tuple, _Cell]:
+def _cells(points: list[Point], metrics: list[str]) -> dict[tuple, _Cell]:
     out: dict[tuple, _Cell] = {}
     for p in points:
-        k = identity_key(p)
+        k = p.identity_key()
         c = out.get(k)
         if c is None:
-            c = out[k] = _Cell({m: [] for m in metrics}, [], env_key(p), p["label"],
-                               {f: p[f] for f in IDENTITY_FIELDS})
-        c.run_ids.append(p["run_id"])
+            c = out[k] = _Cell({m: [] for m in metrics}, [], p.env_key(), p)
+        c.run_ids.append(p.run_id)
         for m in metrics:
-            if p.get(m) is not None:
-                c.values[m].append(float(p[m]))
+            if (v := getattr(p, m)) is not None:
+                c.values[m].append(float(v))
     return out
 
 
@@ -137,7 +140,7 @@ class _PointHistory:
     def __init__(self, nights: list[tuple[int, _Cell | None]], metric: str, direction: int, rule: RegressionRule):
         self.ids = [sid for sid, _ in nights]
         self.vals = [c.values[metric] if c is not None else [] for _, c in nights]
-        self.med = [float(statistics.median(v)) if v else None for v in self.vals]
+        self.med = [median(v) for v in self.vals]
         self.direction, self.rule = direction, rule
 
     def _earlier(self, i: int) -> list[int]:
@@ -148,7 +151,7 @@ class _PointHistory:
         prev = self._earlier(i)
         if self.med[i] is None or len(prev) < self.rule.min_history:
             return None
-        return float(statistics.median([self.med[j] for j in prev])), prev
+        return median([self.med[j] for j in prev]), prev
 
     def change(self, i: int) -> float | None:
         """Night i's median vs its rolling baseline, as a fraction (None without a baseline)."""
@@ -176,14 +179,13 @@ class _PointHistory:
         return p is not None and p < self.rule.alpha and self.hud_worse(i)
 
 
-def detect_regressions(nights: list[tuple[int, list[dict[str, Any]]]], rule: RegressionRule) -> list[Finding]:
+def detect_regressions(nights: list[tuple[int, list[Point]]], rule: RegressionRule) -> list[Finding]:
     """Findings on the newest night of a series.
 
-    `nights`: (sweep id, counted point dicts of that sweep) per night, oldest first, the night
-    to judge last; only the last `window + 3` nights are read (older ones cannot change the
-    result). Points need IDENTITY_FIELDS, `label`, `run_id` and the rule's metrics (None =
-    unknown, skipped). Returns one Finding per flagged (point, metric), in the newest night's
-    point order; [] for a series of one night.
+    `nights`: (sweep id, counted points of that sweep) per night, oldest first, the night to
+    judge last; only the last `window + 3` nights are read (older ones cannot change the
+    result). Points need the rule's metrics (None = unknown, skipped). Returns one Finding per
+    flagged (point, metric), in the newest night's point order; [] for a series of one night.
     """
     if len(nights) < 2:
         return []
@@ -215,7 +217,7 @@ def detect_regressions(nights: list[tuple[int, list[dict[str, Any]]]], rule: Reg
                 name, p, previous = "hud", None, h.change(prev_t) * 100.0
             baseline, used = base
             out.append(Finding(
-                point_key=identity_hash(cell.fields), label=cell.label, fields=cell.fields, metric=metric,
+                point_key=cell.point.identity_hash(), point=cell.point, metric=metric,
                 sweep_id=cells[t][0], value=h.med[t], baseline=baseline, change_pct=h.change(t) * 100.0,
                 previous_change_pct=previous, p_value=p, rule=name, run_ids=list(cell.run_ids),
                 baseline_sweep_ids=sorted(h.ids[j] for j in used),

@@ -66,16 +66,16 @@ def detect_for_sweep(sweep_id: int, rule: RegressionRule | None = None) -> Detec
     points = selectors.history_points([s.pk for s in nights], tuple(m for m, _ in rule.metrics))
     by_sweep: dict[int, list] = {s.pk: [] for s in nights}
     for p in points:
-        by_sweep[p["sweep_id"]].append(p)
+        by_sweep[p.sweep_id].append(p)
     findings = detect_regressions([(s.pk, by_sweep[s.pk]) for s in nights], rule)
     with transaction.atomic():
         ids = []
         for f in findings:
             flag, _ = RegressionFlag.objects.update_or_create(
                 sweep_id=sweep.pk, point_key=f.point_key, metric=f.metric,
-                defaults=dict(host_id=sweep.host_id, series=sweep.name, label=f.label[:100], tp=f.fields["tp"],
-                              concurrency=f.fields["concurrency"], input_len=f.fields["input_len"],
-                              output_len=f.fields["output_len"], value=f.value, baseline=f.baseline,
+                defaults=dict(host_id=sweep.host_id, series=sweep.name, label=f.label[:100], tp=f.point.tp,
+                              concurrency=f.point.concurrency, input_len=f.point.input_len,
+                              output_len=f.point.output_len, value=f.value, baseline=f.baseline,
                               change_pct=f.change_pct, previous_change_pct=f.previous_change_pct,
                               p_value=f.p_value, rule=f.rule, run_ids=f.run_ids,
                               baseline_sweep_ids=f.baseline_sweep_ids, note=f.note))
