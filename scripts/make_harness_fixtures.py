@@ -90,6 +90,7 @@ WORKLOAD = {
     "vllm-bench-sweep": f"max_concurrency {', '.join(map(str, SWEEP_CONCURRENCY))} per server, {PROMPTS} prompts each",
 }
 SERVED_NAME = "demo"
+DEFAULT_K = 2  # draft tokens per step of the draft_model server
 SEED = 0
 #: Keep offline: no tool may reach a model hub (tokenizers are local directories).
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -423,7 +424,8 @@ ODD = {
     "aiperf": """\
 - AIPerf writes the same summary twice: `profile_export_aiperf.json` at the top and
   `phases/profiling/profile_export_aiperf.json` (plus `phases/warmup/` for the warmup requests).
-  `profile_export.jsonl` is the per-record export: one line per measured request.
+  `profile_export.jsonl` is the per-record export: one line per request, the warmup requests
+  included (`metadata.benchmark_phase` says which).
 - Its "ITL" (`inter_token_latency`) is per request `(request_latency - TTFT) / (OSL - 1)`: what
   draftboard calls TPOT. Its per-chunk gaps are `inter_chunk_latency` (draftboard's ICL). See NOTES.md.
 - Output lengths (`output_sequence_length`) are counted by re-tokenizing the returned text with the
@@ -434,6 +436,9 @@ ODD = {
 - The draft_model run has the "Spec Decode" metrics (`spec_decode_*`) from vLLM's per-request
   `metrics.speculative_decoding` (server flag `--per-request-spec-decode-metrics summary`), and
   `server_metrics_export.json` has the server's `vllm:spec_decode_*` counters, scraped from /metrics.
+- It sends no `temperature`, so vLLM samples at its default 1.0 from the random-weight model's nearly
+  flat distribution: the draft_model server accepts few drafts here (the vllm-bench-sweep runs, at
+  temperature 0, accept far more).
 """,
     "guidellm": """\
 - One document, several benchmarks: `benchmarks[]` holds one entry per concurrency level
@@ -441,8 +446,14 @@ ODD = {
   report as `auto/benchmarks.json`, written by the same run in YAML.
 - GuideLLM 0.8.x times are in seconds for `duration`/`start_time` and in ms for the
   `*_ms` metrics; its `inter_token_latency_ms` is per request `(last - first token) / (n - 1)`
-  (draftboard's TPOT), averaged over requests. See NOTES.md.
+  (draftboard's TPOT), its run statistics weighted by each request's n - 1. See NOTES.md.
 - GuideLLM sends `ignore_eos: true` and `max_tokens` itself when the data asks for output tokens.
+- A benchmark may hold fewer requests than `max_requests` asked (in the first regeneration, `auto` at
+  concurrency 4 kept 4 of 8, with no end-processing constraint in its `scheduler_state`): read
+  `metrics.request_totals`, never the requested count.
+- It sends no `temperature`, so vLLM samples at its default 1.0 from the random-weight model's nearly
+  flat distribution: the draft_model server accepts few drafts here (the vllm-bench-sweep runs, at
+  temperature 0, accept far more).
 """,
     "genai-bench": """\
 - genai-bench sends only /v1/chat/completions, so the prompt tokens include the demo model's chat
@@ -458,6 +469,9 @@ ODD = {
 - The stage files hold one stage (one concurrency level) each; `summary_lifecycle_metrics.json` pools
   all stages; `per_request_lifecycle_metrics.json` has every request with its chunk times.
 - `inference-perf.partial.stage_N.yaml` are the tool's resumable partial reports, kept as written.
+- It sends no `temperature`, so vLLM samples at its default 1.0 from the random-weight model's nearly
+  flat distribution: the draft_model server accepts few drafts here (the vllm-bench-sweep runs, at
+  temperature 0, accept far more).
 """,
     "vllm-bench-sweep": """\
 - `vllm bench sweep serve` starts each server itself (`--serve-cmd` + each serve parameter set) and
@@ -528,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-dir", type=Path, required=True, help="target model directory (config + tokenizer)")
     ap.add_argument("--draft-dir", type=Path, help="draft model directory (default: MODEL_DIR/../draft)")
-    ap.add_argument("--k", type=int, default=2, help="draft tokens per step of the draft_model server (default 2)")
+    ap.add_argument("--k", type=int, default=DEFAULT_K,
+                    help=f"draft tokens per step of the draft_model server (default {DEFAULT_K})")
     ap.add_argument("--venvs", type=Path, default=Path("~/.cache/draftboard/harness-venvs").expanduser(),
                     help="folder of the tools' virtualenvs, one per tool (outside the repo)")
     ap.add_argument("--setup", action="store_true", help="create missing tool virtualenvs (pinned versions)")
