@@ -21,8 +21,8 @@ database would refuse later:
 `read_yaml_object(path)` reads a YAML document (GuideLLM's `benchmarks.yaml`) the same way:
 parsed with libyaml when PyYAML has it, JSON data only (text keys; dates become ISO text), no
 anchors or aliases (a few lines of aliases expand to billions of values), no duplicate keys;
-its `JsonObject` finds a key's line by parsing again with the line-keeping loader of
-benchkit.configfile, only when an error needs it.
+its `JsonObject` finds a key's line in the document's node tree, composed again only when an
+error needs it.
 
 Each object comes back as a `JsonObject`, which locates a key path on its line
 (`JsonObject.line_of`): JSON lines objects stand on one line each, and in a pretty-printed
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchkit.configfile import load_yaml, locate, yaml_problem
+from benchkit.configfile import yaml_problem
 from benchkit.formats.errors import ResultFileError
 
 #: Largest result file read (bytes). A `vllm bench serve --save-detailed` file of 10 000
@@ -327,18 +327,29 @@ MAX_YAML_NODES = 5_000_000
 
 @dataclass
 class YamlObject(JsonObject):
-    """A JsonObject read from YAML: a key's line comes from parsing the text again with the
-    line-keeping loader (benchkit.configfile.load_yaml), only when an error needs it."""
-
-    _lines: Any = field(default=None, repr=False)
+    """A JsonObject read from YAML: a key's line comes from the document's node tree (composed
+    again by libyaml, with each node's position), only when an error needs it."""
 
     def line_of(self, loc: tuple[Any, ...]) -> int:
         if not self._text or not loc:
             return self.line
-        if self._lines is None:
-            self._lines = load_yaml(self._text)
-        line, _ = locate(self._lines, tuple(loc))
-        return line or self.line
+        try:
+            node = yaml.compose(self._text, Loader=_YamlLoader)
+        except yaml.YAMLError:
+            return self.line
+        line = self.line
+        for part in loc:
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                pair = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+                if pair is None:
+                    break
+                line, node = pair[0].start_mark.line + 1, pair[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return line
 
 
 def _check_nodes(path: Path, root: yaml.Node) -> None:
