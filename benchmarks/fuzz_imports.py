@@ -7,8 +7,10 @@ Prints: examples, clean refusals (ResultFileError), imports (new runs), already 
 bytes seen before), tracebacks (any other exception: a bug), partial writes (a refused import
 that changed a row count, or an imported run without metrics), bound violations (a stored
 figure negative, non-finite or outside its schema bounds), the most common refusal reasons, and
-the first tracebacks / violations in full. The goal (issue 10): tracebacks, partial writes and
-bound violations all 0. Exit 0 after printing (a figure never fails the script).
+the first tracebacks / violations in full, and the counts per seed (every format's real files:
+tests/resultfuzz.py SEEDS). The goal (issues 10 and 19): tracebacks, partial writes and bound
+violations (a kept-keys block over its bound included) all 0. Exit 0 after printing (a figure
+never fails the script).
 
 The database is a fresh SQLite file in a temporary folder, migrated here, unless
 `--database-url` names a scratch database (it is migrated and written to: never a real one).
@@ -20,6 +22,7 @@ import argparse
 import collections
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -51,7 +54,7 @@ def main() -> int:
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
-    from tests.resultfuzz import METHODS, check_import, result_files
+    from tests.resultfuzz import METHODS, check_import, result_files, write_sample
 
     try:
         call_command("migrate", verbosity=0)
@@ -63,6 +66,7 @@ def main() -> int:
           f"seed {args.seed}")
 
     counts: collections.Counter[str] = collections.Counter()
+    by_seed: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     reasons: collections.Counter[str] = collections.Counter()
     samples: list[str] = []
     files = Path(scratch) / "files"
@@ -72,14 +76,14 @@ def main() -> int:
     @settings(max_examples=args.examples, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(result_files(), st.sampled_from(METHODS))
-    def one(named, method):
-        name, data = named
+    def one(sample, method):
         counts["examples"] += 1
-        path = files / f"{counts['examples']}-{name}"
-        path.write_bytes(data)
-        outcome = check_import(path, method)
-        path.unlink()
+        name = sample.name
+        folder = files / f"{counts['examples']}-{name}"
+        outcome = check_import(write_sample(folder, sample), method)
+        shutil.rmtree(folder)
         counts[outcome.status] += 1
+        by_seed[name][outcome.status] += 1
         counts["partial writes"] += outcome.partial_write
         counts["bound violations"] += len(outcome.violations)
         if outcome.status == "refused":
@@ -97,6 +101,10 @@ def main() -> int:
                        ("tracebacks", "traceback"), ("partial writes", "partial writes"),
                        ("bound violations", "bound violations")):
         print(f"{label:<24}{counts[key]:>8}")
+    print(f"\n{'seed':<34}{'examples':>9}{'imported':>9}{'refused':>9}{'existing':>9}{'traceback':>10}")
+    for name, c in sorted(by_seed.items()):
+        print(f"{name:<34}{sum(c.values()):>9}{c['imported']:>9}{c['refused']:>9}{c['existing']:>9}"
+              f"{c['traceback']:>10}")
     goal = counts["traceback"] == counts["partial writes"] == counts["bound violations"] == 0
     print(f"\ngoal (tracebacks, partial writes, bound violations all 0): {'met' if goal else 'NOT met'}")
     print("\nmost common refusals:")

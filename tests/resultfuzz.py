@@ -1,8 +1,14 @@
-"""Fuzzing the result-file import (issue 10): hypothesis strategies that mutate the real result
-files in tests/fixtures/results/ (vLLM single object, vLLM appended lines, the old
-benchmark_serving layout, SGLang JSON lines, a draftboard format-1 export), and the checks every
-import must pass. Used by tests/test_import_fuzz.py (a few hundred examples in CI) and
-benchmarks/fuzz_imports.py (the long run that prints counts).
+"""Fuzzing the result-file import (issues 10 and 19): hypothesis strategies that mutate the real
+result files in tests/fixtures/results/ (vLLM single object, vLLM appended lines, the old
+benchmark_serving layout, SGLang JSON lines, a draftboard format-1 export) and
+tests/fixtures/harnesses/ (AIPerf's profile with its per-record export, a GuideLLM report as JSON
+and as YAML, a genai-bench experiment folder, an inference-perf report folder, a `vllm bench
+sweep` folder), and the checks every import must pass. Used by tests/test_import_fuzz.py (a few
+hundred examples in CI) and benchmarks/fuzz_imports.py (the long run that prints counts).
+
+A seed is a set of files (`Seed`: relative path -> JSON, JSON lines, YAML or raw bytes) and the
+path imported (a file, or "." for the folder itself); a sample (`Sample`) mutates one or two of
+its files and is written with `write_sample`.
 
 A mutation replaces a value anywhere in an object (top level, server_info, draftboard.metrics,
 draftboard.run, a per-request list) with a hostile one (NaN, +-Infinity, negative, huge or
@@ -28,29 +34,72 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hypothesis import strategies as st
 
 from benchkit.formats.errors import ResultFileError
-from benchkit.formats.limits import BIGINT_MAX, INT_MAX
+from benchkit.formats.limits import BIGINT_MAX, EXTRA_MAX_BYTES, INT_MAX
 from benchkit.measure.metrics import METRIC_FIELDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
+HARNESSES = Path(__file__).parent / "fixtures" / "harnesses"
 #: The real result files the mutations start from: (file name, single object or JSON lines).
 SEED_FILES = ("vllm-bench-serve-full.json", "vllm-bench-serve-appended.json", "vllm-benchmark-serving-old.json",
               "sglang-bench-serving.jsonl", "draftboard-export-format1.json")
 #: Methods the files are imported as: draft_model k=4 (tau <= 5 fits every seed), auto (refuses
-#: acceptance figures), b15 (DDTree).
-METHODS = (("draft_model", 4), ("auto", None), ("b15", None))
+#: acceptance figures), b15 (DDTree), none (the file must state each run's method: a vllm bench
+#: sweep folder does).
+METHODS = (("draft_model", 4), ("auto", None), ("b15", None), (None, None))
 
 
-def _load_seeds() -> list[tuple[str, bool, list[dict]]]:
-    seeds = []
-    for name in SEED_FILES:
-        text = (FIXTURES / name).read_text()
-        try:
-            seeds.append((name, False, [json.loads(text)]))
-        except json.JSONDecodeError:
-            seeds.append((name, True, [json.loads(line) for line in text.splitlines() if line.strip()]))
+@dataclass(frozen=True)
+class Seed:
+    """Real result files: `files` relative path -> (kind "json" | "lines" | "yaml" | "raw",
+    parsed objects, or the bytes for "raw"); `target`: the path imported ("." = the folder);
+    `method`: one it imports as unmutated."""
+
+    name: str
+    files: dict[str, tuple[str, Any]]
+    target: str
+    method: tuple[str | None, int | None] = ("draft_model", 4)
+
+
+def _parsed(path: Path) -> tuple[str, Any]:
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        return "yaml", [yaml.safe_load(text)]
+    if path.suffix == ".csv":
+        return "raw", path.read_bytes()
+    try:
+        return "json", [json.loads(text)]
+    except json.JSONDecodeError:
+        return "lines", [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _folder(root: Path, names: list[str]) -> dict[str, tuple[str, Any]]:
+    return {n: _parsed(root / n) for n in names}
+
+
+def _load_seeds() -> list[Seed]:
+    seeds = [Seed(name, {name: _parsed(FIXTURES / name)}, name) for name in SEED_FILES]
+    aiperf = HARNESSES / "aiperf" / "draft_model-k2"
+    seeds.append(Seed("aiperf", _folder(aiperf, ["profile_export_aiperf.json", "profile_export.jsonl"]),
+                      "profile_export_aiperf.json"))
+    seeds.append(Seed("guidellm.json", {"benchmarks.json": _parsed(HARNESSES / "guidellm" / "draft_model-k2" /
+                                                                   "benchmarks.json")}, "benchmarks.json"))
+    report = json.loads((HARNESSES / "guidellm" / "auto" / "benchmarks.json").read_text())
+    report["benchmarks"] = report["benchmarks"][:1]  # the real report's layout, one benchmark (YAML is slow)
+    seeds.append(Seed("guidellm.yaml", {"benchmarks.yaml": ("yaml", [report])}, "benchmarks.yaml"))
+    genai = HARNESSES / "genai-bench" / "auto"
+    seeds.append(Seed("genai-bench", _folder(genai, sorted(p.name for p in genai.glob("*.json"))), "."))
+    iperf = HARNESSES / "inference-perf" / "auto"
+    seeds.append(Seed("inference-perf", _folder(iperf, ["config.yaml", "stage_0_lifecycle_metrics.json",
+                                                        "stage_1_lifecycle_metrics.json",
+                                                        "summary_lifecycle_metrics.json"]), "."))
+    sweep = HARNESSES / "vllm-bench-sweep" / "sweep"
+    seeds.append(Seed("vllm-sweep", _folder(sweep, sorted(str(p.relative_to(sweep)) for p in sweep.rglob("*")
+                                                          if p.is_file() and p.name != "summary.json")), ".",
+                      (None, None)))
     return seeds
 
 
@@ -161,20 +210,55 @@ def mutated_object(draw, obj: dict) -> dict:
     return obj
 
 
-@st.composite
-def result_files(draw) -> tuple[str, bytes]:
-    """(file name, bytes) of a mutated real result file."""
-    name, lines, objects = draw(st.sampled_from(SEEDS))
-    objects = list(objects)
-    for _ in range(draw(st.integers(0, 2))):
-        i = draw(st.integers(0, len(objects) - 1))
-        objects[i] = draw(mutated_object(objects[i]))
-    ascii_only = draw(st.booleans())
-    if lines:
+@dataclass(frozen=True)
+class Sample:
+    """A mutated seed: `files` relative path -> bytes, `target` as the seed's."""
+
+    name: str
+    files: dict[str, bytes]
+    target: str
+
+
+def _text(kind: str, objects: Any, ascii_only: bool, indent: int | None) -> bytes:
+    if kind == "raw":
+        return objects
+    if kind == "yaml":
+        text = yaml.safe_dump(objects[0], allow_unicode=not ascii_only, sort_keys=False)
+        return text.encode("utf-8", "surrogatepass")
+    if kind == "lines":
         text = "\n".join(json.dumps(o, ensure_ascii=ascii_only) for o in objects) + "\n"
     else:
-        text = json.dumps(objects[0], ensure_ascii=ascii_only, indent=draw(st.sampled_from([None, 2])))
-    data = text.encode("utf-8", "surrogatepass")  # a lone surrogate unescaped: invalid UTF-8
+        text = json.dumps(objects[0], ensure_ascii=ascii_only, indent=indent)
+    return text.encode("utf-8", "surrogatepass")  # a lone surrogate unescaped: invalid UTF-8
+
+
+@st.composite
+def result_files(draw) -> Sample:
+    """A mutated real result source (a file, or a folder of files)."""
+    seed = draw(st.sampled_from(SEEDS))
+    mutable = [n for n, (kind, _) in seed.files.items() if kind != "raw"]
+    chosen = set(draw(st.lists(st.sampled_from(mutable), min_size=1, max_size=2)))
+    out: dict[str, bytes] = {}
+    for name, (kind, objects) in seed.files.items():
+        if name in chosen:
+            objects = list(objects)
+            for _ in range(draw(st.integers(0, 2))):
+                i = draw(st.integers(0, len(objects) - 1))
+                objects[i] = draw(mutated_object(objects[i]))
+            try:
+                data = _text(kind, objects, draw(st.booleans()), draw(st.sampled_from([None, 2])))
+            except yaml.YAMLError:  # a value PyYAML cannot write (a lone surrogate): write it as JSON
+                data = _text("json", objects, True, None)
+            data = draw(damaged(data, kind))
+        else:
+            data = _text(kind, objects, True, 2 if kind == "json" else None)
+        out[name] = data
+    return Sample(seed.name, out, seed.target)
+
+
+@st.composite
+def damaged(draw, data: bytes, kind: str) -> bytes:
+    """`data`, now and then truncated, with a stray byte, or nested very deep."""
     damage = draw(st.sampled_from(["none"] * 12 + ["truncate", "byte", "deep"]))
     if damage == "truncate":
         data = data[: draw(st.integers(0, len(data)))]
@@ -183,8 +267,26 @@ def result_files(draw) -> tuple[str, bytes]:
         data = data[:i] + bytes([draw(st.integers(0, 255))]) + data[i + 1:]
     elif damage == "deep":
         n = draw(st.sampled_from([33, 1000, 100_000]))
-        data = data.rstrip()[:-1] + b', "deep": ' + b"[" * n + b"]" * n + b"}"
-    return name, data
+        if kind == "yaml":
+            data = data + b"deep: " + b"[" * n + b"]" * n + b"\n"
+        else:
+            data = data.rstrip()[:-1] + b', "deep": ' + b"[" * n + b"]" * n + b"}"
+    return data
+
+
+def unmutated(seed: Seed) -> Sample:
+    """The seed's own files, written as a sample."""
+    return Sample(seed.name, {n: _text(kind, objs, True, 2 if kind == "json" else None)
+                              for n, (kind, objs) in seed.files.items()}, seed.target)
+
+
+def write_sample(folder: Path, sample: Sample) -> Path:
+    """Write `sample` under `folder` (a fresh folder per sample) and return the path to import."""
+    for name, data in sample.files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return folder if sample.target == "." else folder / sample.target
 
 
 @dataclass
@@ -209,7 +311,8 @@ def row_counts() -> dict[str, int]:
 
 def violations_of(run_ids: list[int]) -> list[str]:
     """Every stored figure of these runs outside its bounds: metric columns negative, non-finite or
-    beyond the schema's lo/hi (counts within bigint), workload columns out of their ranges."""
+    beyond the schema's lo/hi (counts within bigint), workload columns out of their ranges, and
+    kept keys (RunMetrics.extra) over EXTRA_MAX_BYTES."""
     from runs.models import Run
 
     out = []
@@ -221,6 +324,9 @@ def violations_of(run_ids: list[int]) -> list[str]:
         if run.request_rate is not None and not (math.isfinite(run.request_rate) and run.request_rate > 0):
             out.append(f"run {run.pk} request_rate={run.request_rate!r}")
         m = run.metrics
+        size = len(json.dumps(m.extra, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > EXTRA_MAX_BYTES:
+            out.append(f"run {run.pk} extra={size} bytes")
         for f in METRIC_FIELDS:
             value = getattr(m, f.name)
             items = value if isinstance(value, list) else [value]
@@ -235,7 +341,7 @@ def violations_of(run_ids: list[int]) -> list[str]:
     return out
 
 
-def check_import(path: Path, method: tuple[str, int | None], host: str = "fuzz-host") -> Outcome:
+def check_import(path: Path, method: tuple[str | None, int | None], host: str = "fuzz-host") -> Outcome:
     """Import `path` as `method` through the real service and check the database afterwards."""
     from runs.models import Run
     from runs.services.imports import import_result_file

@@ -62,7 +62,8 @@ def test_a_new_format_imports_through_the_command(tmp_path, monkeypatch):
     assert counts() == dict.fromkeys(counts(), 0)
 
     monkeypatch.setitem(FORMATS, standin_format.FORMAT.name, standin_format.FORMAT)
-    assert format_choices() == ["auto", "vllm", "sglang", "loadtool"]
+    assert format_choices() == ["auto", "vllm", "sglang", "aiperf", "guidellm", "genai-bench", "inference-perf",
+                                "vllm-sweep", "loadtool"]
     out = run_cmd(path)  # auto: the registry's formats are asked, the stand-in recognises its file
     assert f"imported          {path} (loadtool): 2 run(s)" in out
 

@@ -157,9 +157,10 @@ def test_detection_names_the_tool_it_recognised():
         assert recognised.tool.startswith(tool) and marker in recognised.markers, (path, recognised)
         read = read_result_file(path)
         assert (read.format, read.tool) == (name, recognised.tool)
-    assert format_choices() == ["auto", "vllm", "sglang"]
+    assert format_choices() == ["auto", "vllm", "sglang", "aiperf", "guidellm", "genai-bench", "inference-perf",
+                                "vllm-sweep"]
     assert [r.source_tool for r in load_result_file(SGLANG, fmt="sglang")] == [TOOL_SGLANG] * 2
-    with pytest.raises(ResultFileError, match=r"unknown format 'csv'; expected one of auto, vllm, sglang"):
+    with pytest.raises(ResultFileError, match=r"unknown format 'csv'; expected one of auto, vllm, sglang, aiperf"):
         load_result_file(SGLANG, fmt="csv")
 
 
@@ -169,8 +170,8 @@ def test_an_unknown_document_is_refused_naming_the_known_formats(tmp_path):
         load_result_file(path)
     message = str(exc.value)
     assert message.startswith(f"{path}: no known result format recognised this file (keys: benchmarks, metadata)")
-    for form in FORMATS.values():
-        assert f"{form.name} ({form.tool}: " in message
+    for form in FORMATS.values():  # the formats that read a file, not those that read a folder
+        assert (f"{form.name} ({form.tool}: " in message) == (form.takes == "file"), form.name
     assert "endpoint_type" in message and "server_info" in message  # the markers each format looks for
 
 
@@ -222,8 +223,9 @@ def test_a_folder_is_read_by_folder_formats_only(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "a.json").write_text(VLLM_FULL.read_text())
     with pytest.raises(ResultFileError, match=r"runs: no known result format recognised this folder "
-                                              r"\(files: a\.json\); no known format reads a folder \(they read "
-                                              r"a file: vllm, sglang\)$"):
+                                              r"\(files: a\.json\); known formats: genai-bench \(genai-bench: an "
+                                              r"experiment folder .*\); inference-perf \(.*\); vllm-sweep \(vllm bench "
+                                              r"sweep: .*\)\. If it is one of these"):
         load_result_file(tmp_path / "runs")
     with pytest.raises(ResultFileError, match=r"format 'vllm' \(vllm bench serve\) reads a file, and this is a folder"):
         load_result_file(tmp_path / "runs", fmt="vllm")

@@ -48,7 +48,7 @@ from benchkit.engines.environment import (
 from benchkit.engines.flags import EngineConfigError, load_flags, merge_block
 from benchkit.measure import counters
 from benchkit.measure.counters import MetricsPage, SpecCounters
-from benchkit.methods import MethodError, check_method
+from benchkit.methods import MethodChoice, MethodError, check_method
 from benchkit.specs import GpuRef, ServerConfig
 
 # --------------------------------------------------------------------------------------------
@@ -154,6 +154,22 @@ class EngineAdapter:
                 "add it to an engine build in a flags file"
             )
         return methods[method] or {}
+
+    def method_of_speculative_config(self, config: dict[str, Any], engine_build: str = "") -> MethodChoice | None:
+        """The decoding configuration of a server started with the speculative config `config`
+        (a `--speculative-config` object, e.g. one a `vllm bench sweep` run file records): the
+        method whose flags entry renders the same `method` value, with k and the tree budget read
+        from the keys its template fills with `{k}` / `{tree_budget}`. The inverse of
+        `speculative_config_args`, read from the same flags. None when no entry matches (or the
+        engine's methods use no speculative config)."""
+        for name, entry in self.engine_block(engine_build).get("methods", {}).items():
+            template = (entry or {}).get("speculative_config") or {}
+            if not template or template.get("method") != config.get("method"):
+                continue
+            k = next((config.get(key) for key, value in template.items() if value == "{k}"), None)
+            budget = next((config.get(key) for key, value in template.items() if value == "{tree_budget}"), None)
+            return MethodChoice(name, k, budget)
+        return None
 
     def resolve_k(self, server: ServerConfig, entry: dict[str, Any]) -> int | None:
         """Draft length k (tokens per step): the run's `num_speculative_tokens`, else the method's

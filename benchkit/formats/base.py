@@ -41,7 +41,7 @@ from typing import ClassVar
 
 from benchkit.formats.common import ImportedRun
 from benchkit.formats.errors import ResultFileError
-from benchkit.formats.jsontext import JsonFile, JsonObject, read_file_bytes, read_json_objects
+from benchkit.formats.jsontext import JsonFile, JsonObject, read_file_bytes, read_json_objects, read_yaml_object
 
 #: Most files a folder source lists (bounded work).
 MAX_FOLDER_FILES = 10_000
@@ -78,7 +78,7 @@ class Source:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.is_folder = self.path.is_dir()
-        self._json: dict[Path, JsonFile | ResultFileError] = {}
+        self._json: dict[tuple[Path, tuple], JsonFile | ResultFileError] = {}
         self._read: dict[Path, _Read] = {}
         self._files: list[Path] | None = None
 
@@ -87,28 +87,36 @@ class Source:
         """"folder" or "file"."""
         return "folder" if self.is_folder else "file"
 
-    def read_json(self, path: str | Path) -> JsonFile:
+    def read_json(self, path: str | Path, skip_text: tuple[tuple[str, ...], ...] = ()) -> JsonFile:
         """The JSON object(s) of the file at `path` (benchkit.formats.jsontext.read_json_objects:
-        one object, or JSON lines), read once and remembered, a refusal too. Raises
+        one object, or JSON lines; `skip_text`: key paths the format never stores, whose text is
+        not checked), read once per `skip_text` and remembered, a refusal too. Raises
         ResultFileError naming the file and line."""
-        path = Path(path)
-        cached = self._json.get(path)
+        return self._cached(Path(path), ("json", tuple(skip_text)), read_json_objects)
+
+    def read_yaml(self, path: str | Path, skip_text: tuple[tuple[str, ...], ...] = ()) -> JsonFile:
+        """The YAML document of the file at `path` as one JSON object
+        (benchkit.formats.jsontext.read_yaml_object), read once and remembered like `read_json`."""
+        return self._cached(Path(path), ("yaml", tuple(skip_text)), read_yaml_object)
+
+    def _cached(self, path: Path, how: tuple, reader) -> JsonFile:
+        cached = self._json.get((path, how))
         if cached is None:
             try:
-                cached = read_json_objects(path)
+                cached = reader(path, how[1])
             except ResultFileError as exc:
                 cached = exc
-            self._json[path] = cached
+            self._json[(path, how)] = cached
         if isinstance(cached, ResultFileError):
             raise cached
         self._read[path] = _Read(cached.sha256, cached.size_bytes)
         return cached
 
-    def json(self) -> JsonFile:
+    def json(self, skip_text: tuple[tuple[str, ...], ...] = ()) -> JsonFile:
         """The JSON of the source itself (a file source); ResultFileError for a folder."""
         if self.is_folder:
             raise ResultFileError(self.path, "is a folder, not a JSON file")
-        return self.read_json(self.path)
+        return self.read_json(self.path, skip_text)
 
     def read_bytes(self, path: str | Path) -> bytes:
         """The bytes of the file at `path` (at most MAX_FILE_BYTES), for formats that are not
@@ -164,8 +172,8 @@ class Source:
         if self.is_folder:
             names = [os.path.relpath(p, self.path) for p in self.files()]
             return f"files: {_some(names)}" if names else "no files"
-        cached = self._json.get(self.path)
-        if isinstance(cached, JsonFile) and cached.objects:
+        cached = next((v for (p, _), v in self._json.items() if p == self.path and isinstance(v, JsonFile)), None)
+        if cached is not None and cached.objects:
             return f"keys: {_some(list(cached.objects[0].data))}"
         return ""
 
@@ -191,6 +199,9 @@ class ResultFormat(ABC):
     reads: ClassVar[str]
     #: "file" or "folder": the kind of path the format takes.
     takes: ClassVar[str] = "file"
+    #: What a run of this format must give, for the refusal of a run without any figure, e.g.
+    #: "AIPerf metric tags such as time_to_first_token, request_latency".
+    expected: ClassVar[str] = ""
 
     @abstractmethod
     def recognise(self, source: Source) -> Recognition | None:
@@ -218,6 +229,11 @@ class JsonObjectsFormat(ResultFormat):
     takes: ClassVar[str] = "file"
     markers: ClassVar[frozenset[str]]
     figure_keys: ClassVar[frozenset[str]]
+
+    @property
+    def expected(self) -> str:  # type: ignore[override]
+        """The figure keys a run needs one of."""
+        return f"one of the keys {_some(sorted(self.figure_keys))}"
 
     def object_score(self, obj: JsonObject) -> int:
         """How many of this format's markers the object carries (0: not this tool's object)."""

@@ -32,6 +32,7 @@ num_prompts from completed + failed) and recorded in the run's definitions.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,8 +53,9 @@ from pydantic import (
 from benchkit.configfile import FieldProblem, first_problem
 from benchkit.formats.errors import ResultFileError
 from benchkit.formats.jsontext import JsonObject
-from benchkit.formats.limits import BIGINT_MAX, INT_MAX, TEXT_LIMITS  # noqa: F401 - re-exported
-from benchkit.measure.metrics import METRIC_FIELDS, MetricField, WindowMetrics
+from benchkit.formats.limits import BIGINT_MAX, EXTRA_MAX_BYTES, INT_MAX, TEXT_LIMITS  # noqa: F401 - re-exported
+from benchkit.measure.metrics import METRIC_FIELDS, STAT_NAMES, MetricField, WindowMetrics
+from benchkit.methods import MethodChoice
 
 TOOL_VLLM = "vllm bench serve"
 TOOL_SGLANG = "sglang.bench_serving"
@@ -104,7 +106,11 @@ class ImportedRun:
     key of the source object (unknown keys included), JSON-safe. `origin`: where in the source
     the run stands, set by its format ("path", "path:line", "path#benchmarks[2]",
     "folder/sub/file.json"). `source`: the parsed object, for errors that name a field
-    (`refuse`); `keys`: metric field name -> the file's key for it.
+    (`refuse`); `keys`: metric field name -> the file's key for it. `tool_version`: the version
+    of the tool that wrote the file when it says (AIPerf's `aiperf_version`), stored in the run's
+    definitions as `tool_version`. `method`: the decoding configuration when the file states it
+    (a `vllm bench sweep` run's serve parameters), else None and the importer's `--method`
+    decides.
     """
 
     source_tool: str
@@ -119,6 +125,8 @@ class ImportedRun:
     failure: tuple[str, str] | None = None
     source: JsonObject | None = field(default=None, repr=False, compare=False)
     keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    tool_version: str | None = None
+    method: MethodChoice | None = None
 
     def refuse(self, name: str, reason: str) -> ResultFileError:
         """A ResultFileError about metric or workload field `name`, located by the file's key for it."""
@@ -409,6 +417,57 @@ def finish_window(values: dict[str, Any], per_request: dict[str, list] | None, w
     if derived:
         definitions["derived"] = "; ".join(derived) + " (not in the file)"
     return WindowMetrics(**w), failure
+
+
+def latency_fields(metric: str, stats: dict[str, float | None], scale: float = 1.0) -> dict[str, float | None]:
+    """{`{stat}_{metric}_ms`: value x `scale`} for the statistics in `stats` (keys of STAT_NAMES:
+    mean, median, std, p90, p95, p99; a tool's own names mapped by the caller), e.g. a tool's
+    seconds with scale 1000. Statistics the tool does not give are absent (unknown)."""
+    unknown = stats.keys() - set(STAT_NAMES)
+    if unknown:
+        raise TypeError(f"not statistics: {', '.join(sorted(unknown))}")
+    return {f"{stat}_{metric}_ms": None if v is None else v * scale for stat, v in stats.items()}
+
+
+def per_position_rates(histogram: dict[int, float], k: int) -> list[float] | None:
+    """Per-position acceptance rates from a pooled acceptance histogram (steps that accepted
+    exactly j draft tokens, j = 0..k; vLLM's per-request `acceptance_histogram` summed): rate at
+    position p (1-based) = steps that accepted >= p / all steps, p = 1..k (MEASUREMENT.md: d
+    accepted at position p / d drafts). None without steps or with a j outside 0..k."""
+    total = sum(histogram.values())
+    if total <= 0 or k < 1 or any(not 0 <= j <= k for j in histogram):
+        return None
+    return [sum(n for j, n in histogram.items() if j >= p) / total for p in range(1, k + 1)]
+
+
+#: The key of RunMetrics.extra that names the keys `bound_extra` left out.
+DROPPED_KEY = "draftboard_left_out"
+
+
+def bound_extra(extra: dict[str, Any], limit: int = EXTRA_MAX_BYTES) -> dict[str, Any]:
+    """`extra` within `limit` bytes of UTF-8 JSON: keys are kept in order while they fit; the
+    rest are left out and named under DROPPED_KEY with their sizes ({"bound_bytes", "keys":
+    {key: bytes}}, at most 50 names, each cut to 100 characters). The result always fits."""
+    def size(value: Any) -> int:
+        return len(json.dumps(value, ensure_ascii=False, allow_nan=False, default=str).encode("utf-8",
+                                                                                              "surrogatepass"))
+
+    if size(extra) <= limit:
+        return extra
+    budget = limit - 8 * 1024  # room for the note
+    kept_: dict[str, Any] = {}
+    left: dict[str, int] = {}
+    used = 2
+    for key, value in extra.items():
+        n = size({key: value})
+        if used + n <= budget:
+            kept_[key] = value
+            used += n
+        else:
+            left[key] = n
+    kept_[DROPPED_KEY] = {"bound_bytes": limit, "keys": {k[:100]: n for k, n in list(left.items())[:50]},
+                          "n_left_out": len(left)}
+    return kept_
 
 
 def json_safe(value: Any) -> Any:

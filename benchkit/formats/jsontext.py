@@ -14,8 +14,15 @@ database would refuse later:
   from `json.loads`), a duplicate key in one object (`json` would keep the last silently), a
   top level that is not an object;
 - a NUL character or a lone UTF-16 surrogate (`"\\ud800"`, legal JSON escape, not valid
-  Unicode) in any key or string, except under the keys in `UNSTORED_KEYS` (never stored).
-  PostgreSQL refuses NUL in text and jsonb; a lone surrogate cannot be encoded as UTF-8.
+  Unicode) in any key or string, except under the key paths a format never stores
+  (`UNSTORED_PATHS`, plus the `skip_text` paths its reader passes: GuideLLM's per-request
+  texts). PostgreSQL refuses NUL in text and jsonb; a lone surrogate cannot be encoded as UTF-8.
+
+`read_yaml_object(path)` reads a YAML document (GuideLLM's `benchmarks.yaml`) the same way:
+parsed with libyaml when PyYAML has it, JSON data only (text keys; dates become ISO text), no
+anchors or aliases (a few lines of aliases expand to billions of values), no duplicate keys;
+its `JsonObject` finds a key's line in the document's node tree, composed again only when an
+error needs it.
 
 Each object comes back as a `JsonObject`, which locates a key path on its line
 (`JsonObject.line_of`): JSON lines objects stand on one line each, and in a pretty-printed
@@ -26,6 +33,7 @@ out, depth counted with numpy; built only when an error needs a line), so errors
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -34,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
+from benchkit.configfile import yaml_problem
 from benchkit.formats.errors import ResultFileError
 
 #: Largest result file read (bytes). A `vllm bench serve --save-detailed` file of 10 000
@@ -42,8 +52,9 @@ from benchkit.formats.errors import ResultFileError
 MAX_FILE_BYTES = 256 * 1024 * 1024
 #: Deepest bracket nesting accepted. Real files nest at most 4 levels (SGLang's server_info).
 MAX_DEPTH = 32
-#: Keys whose values are dropped on import (not measurements, large) and so not checked.
-UNSTORED_KEYS = frozenset({"generated_texts"})
+#: Key paths whose values are dropped on import (not measurements, large) and so not checked for
+#: storable text: a path is a tuple of keys, "*" matching any key or list index.
+UNSTORED_PATHS: tuple[tuple[str, ...], ...] = (("generated_texts",),)
 
 # A JSON string token: quote, then non-quote non-backslash characters or escapes, then quote. A
 # raw newline ends it (invalid JSON anyway), so a broken string cannot swallow later lines.
@@ -153,10 +164,16 @@ _NUMBERS = frozenset({int, float})
 TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels of brackets (result files nest at most a few)"
 
 
-def find_bad_text(data: Any) -> tuple[tuple[Any, ...], str] | None:
+def _skipped(loc: tuple[Any, ...], skip: tuple[tuple[str, ...], ...]) -> bool:
+    return any(len(p) == len(loc) and all(a == "*" or a == b for a, b in zip(p, loc, strict=True)) for p in skip)
+
+
+def find_bad_text(data: Any, skip_text: tuple[tuple[str, ...], ...] = ()) -> tuple[tuple[Any, ...], str] | None:
     """(key path, reason) of the first container nested deeper than MAX_DEPTH, or key or string
-    in `data` that `text_problem` refuses; None when all are fine. Values under UNSTORED_KEYS of
-    the top level are skipped. Iterative (no recursion), linear in the size of `data`."""
+    in `data` that `text_problem` refuses; None when all are fine. Values at UNSTORED_PATHS and
+    `skip_text` (key paths, "*" any key or index) are skipped: never stored, so never checked.
+    Iterative (no recursion), linear in the size of `data`."""
+    skip = UNSTORED_PATHS + tuple(skip_text)
     stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
     while stack:
         loc, value = stack.pop()
@@ -171,12 +188,12 @@ def find_bad_text(data: Any) -> tuple[tuple[Any, ...], str] | None:
                 problem = text_problem(key)
                 if problem:
                     return loc + (key,), f"key {problem}"
-                if not (loc == () and key in UNSTORED_KEYS):
+                if not _skipped(loc + (key,), skip):
                     stack.append((loc + (key,), item))
         elif isinstance(value, list):
             if set(map(type, value)) <= _NUMBERS:  # per-request lists: millions of numbers
                 continue
-            stack.extend((loc + (i,), item) for i, item in enumerate(value))
+            stack.extend((loc + (i,), item) for i, item in enumerate(value) if not _skipped(loc + (i,), skip))
     return None
 
 
@@ -221,11 +238,12 @@ def _too_deep(text: str, path: Path, first_line: int) -> ResultFileError:
     return ResultFileError(path, TOO_DEEP, line)
 
 
-def _object(data: Any, path: Path, line: int, one_line: bool, text: str = "") -> JsonObject:
+def _object(data: Any, path: Path, line: int, one_line: bool, text: str = "",
+            skip_text: tuple[tuple[str, ...], ...] = (), kind: type[JsonObject] = JsonObject) -> JsonObject:
     if not isinstance(data, dict):
         raise ResultFileError(path, f"expected a JSON object per run, got a {type(data).__name__}", line)
-    obj = JsonObject(data, str(path), line, one_line, text)
-    bad = find_bad_text(data)
+    obj = kind(data, str(path), line, one_line, text)
+    bad = find_bad_text(data, skip_text)
     if bad:
         loc, reason = bad
         raise obj.error((loc[:1] or None) if reason == TOO_DEEP else loc, reason)  # the key holding the depth
@@ -254,14 +272,7 @@ class JsonFile:
     objects: list[JsonObject]
 
 
-def read_json_objects(path: str | Path) -> JsonFile:
-    """Read the JSON object(s) of a result file (see the module docstring for what is refused).
-
-    A whole-file object (one line or pretty-printed) comes back alone; otherwise every non-empty
-    line must be one object (JSON lines). Raises ResultFileError naming the file and line;
-    never returns part of a file.
-    """
-    path = Path(path)
+def _text_of(path: Path) -> tuple[bytes, str]:
     raw = read_file_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
@@ -269,6 +280,19 @@ def read_json_objects(path: str | Path) -> JsonFile:
         raise ResultFileError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not text.strip():
         raise ResultFileError(path, "the file is empty")
+    return raw, text
+
+
+def read_json_objects(path: str | Path, skip_text: tuple[tuple[str, ...], ...] = ()) -> JsonFile:
+    """Read the JSON object(s) of a result file (see the module docstring for what is refused;
+    `skip_text`: key paths whose text is never stored, so not checked).
+
+    A whole-file object (one line or pretty-printed) comes back alone; otherwise every non-empty
+    line must be one object (JSON lines). Raises ResultFileError naming the file and line;
+    never returns part of a file.
+    """
+    path = Path(path)
+    raw, text = _text_of(path)
     sha256 = hashlib.sha256(raw).hexdigest()
     start = len(text) - len(text.lstrip())
     first_line = line_at(text, start)
@@ -285,9 +309,120 @@ def read_json_objects(path: str | Path) -> JsonFile:
         raise _too_deep(text, path, 1) from None
     if not text[end:].strip():  # one object, on one line or pretty-printed
         one_line = "\n" not in text[start:end].strip()
-        return JsonFile(path, sha256, len(raw), [_object(first, path, first_line, one_line, text)])
+        return JsonFile(path, sha256, len(raw), [_object(first, path, first_line, one_line, text, skip_text)])
     objects = []  # JSON lines: one object per non-empty line
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            objects.append(_object(_loads(line, path, number), path, number, True))
+            objects.append(_object(_loads(line, path, number), path, number, True, skip_text=skip_text))
     return JsonFile(path, sha256, len(raw), objects)
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML documents
+
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: Most YAML nodes one document may hold (bounded work; GuideLLM's 0.5 MB report has ~60 000).
+MAX_YAML_NODES = 5_000_000
+
+
+@dataclass
+class YamlObject(JsonObject):
+    """A JsonObject read from YAML: a key's line comes from the document's node tree (composed
+    again by libyaml, with each node's position), only when an error needs it."""
+
+    def line_of(self, loc: tuple[Any, ...]) -> int:
+        if not self._text or not loc:
+            return self.line
+        try:
+            node = yaml.compose(self._text, Loader=_YamlLoader)
+        except yaml.YAMLError:
+            return self.line
+        line = self.line
+        for part in loc:
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                pair = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+                if pair is None:
+                    break
+                line, node = pair[0].start_mark.line + 1, pair[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return line
+
+
+def _check_nodes(path: Path, root: yaml.Node) -> None:
+    """Refuse aliases (a node reached twice), duplicate keys and more than MAX_YAML_NODES nodes."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise ResultFileError(path, "YAML anchors and aliases are not read (a result file has none)",
+                                  node.start_mark.line + 1)
+        seen.add(id(node))
+        if len(seen) > MAX_YAML_NODES:
+            raise ResultFileError(path, f"more than {MAX_YAML_NODES} YAML nodes: larger than a result file")
+        if isinstance(node, yaml.MappingNode):
+            keys = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in keys:
+                        raise ResultFileError(path, "duplicate key in one mapping (which value counts is not "
+                                                    "defined)", key.start_mark.line + 1, key.value)
+                    keys.add(key.value)
+                stack.extend((key, value))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
+def _json_data(path: Path, data: Any) -> Any:
+    """`data` (YAML-constructed) as JSON data: text keys only, dates as ISO text; anything else
+    (binary, sets, ordered pairs) refused."""
+    out = {"": data}
+    stack: list[tuple[Any, Any, tuple[Any, ...]]] = [(out, "", ())]
+    while stack:
+        parent, key, loc = stack.pop()
+        value = parent[key]
+        if isinstance(value, dict):
+            for k in list(value):
+                if not isinstance(k, str):
+                    raise ResultFileError(path, f"a YAML mapping key that is not text ({type(k).__name__} {k!r:.40})",
+                                          None, _dotted(loc) or None)
+                stack.append((value, k, loc + (k,)))
+        elif isinstance(value, list):
+            stack.extend((value, i, loc + (i,)) for i in range(len(value)))
+        elif isinstance(value, (datetime.date, datetime.datetime)):
+            parent[key] = value.isoformat()
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ResultFileError(path, f"a YAML value that is not JSON data ({type(value).__name__})", None,
+                                  _dotted(loc) or None)
+    return out[""]
+
+
+def read_yaml_object(path: str | Path, skip_text: tuple[tuple[str, ...], ...] = ()) -> JsonFile:
+    """Read a YAML result document (one mapping) as a JsonFile of one object, refusing what
+    `read_json_objects` refuses plus YAML's own hazards (module docstring). Raises
+    ResultFileError naming the file and line."""
+    path = Path(path)
+    raw, text = _text_of(path)
+    loader = _YamlLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ResultFileError(path, "the file is empty")
+        _check_nodes(path, node)
+        data = loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        line, problem = yaml_problem(exc)
+        raise ResultFileError(path, f"not valid YAML: {problem}", line) from None
+    except RecursionError:
+        raise ResultFileError(path, TOO_DEEP) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ResultFileError(path, f"expected a YAML mapping, got a {type(data).__name__}", 1)
+    data = _json_data(path, data)
+    obj = _object(data, path, 1, False, text, skip_text, kind=YamlObject)
+    return JsonFile(path, hashlib.sha256(raw).hexdigest(), len(raw), [obj])

@@ -14,3 +14,8 @@ INT_MAX = 2**31 - 1
 TEXT_LIMITS = {"model": 500, "engine_version": 100, "engine_commit": 64, "failure_reason": 50, "dataset": 200,
                "spec_source": 300, "source_tool": 50, "file_name": 500, "failure_message": 5000,
                "server_log_tail": 20000}
+
+#: Most bytes (UTF-8 JSON) of the keys an imported run keeps from its file without a column
+#: (RunMetrics.extra): beyond it the largest keys are left out and named with their sizes
+#: (benchkit.formats.common.bound_extra), so a 4 MB report never lands in a run's row.
+EXTRA_MAX_BYTES = 64 * 1024

@@ -9,7 +9,7 @@ To add a format: write its module (a `ResultFormat` subclass and an instance `FO
 
 from __future__ import annotations
 
-from benchkit.formats import sglang_bench, vllm_bench
+from benchkit.formats import aiperf, genai_bench, guidellm, inference_perf, sglang_bench, vllm_bench, vllm_sweep
 from benchkit.formats.base import Recognition, ResultFormat, Source
 from benchkit.formats.errors import ResultFileError
 
@@ -17,6 +17,11 @@ from benchkit.formats.errors import ResultFileError
 FORMATS: dict[str, ResultFormat] = {f.name: f for f in (
     vllm_bench.FORMAT,
     sglang_bench.FORMAT,
+    aiperf.FORMAT,
+    guidellm.FORMAT,
+    genai_bench.FORMAT,
+    inference_perf.FORMAT,
+    vllm_sweep.FORMAT,
 )}
 
 #: The `fmt` value that lets the source's markers decide.

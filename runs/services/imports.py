@@ -1,5 +1,6 @@
-"""Import result sources of the tools in the format registry (benchkit.formats.registry: today
-`vllm bench serve` JSON and `sglang.bench_serving` JSON lines): one file or folder a format reads
+"""Import result sources of the tools in the format registry (benchkit.formats.registry: `vllm
+bench serve` JSON, `sglang.bench_serving` JSON lines, AIPerf, GuideLLM, genai-bench,
+inference-perf, `vllm bench sweep` folders): one file or folder a format reads
 (`import_result_file`), or a folder of result files named by a pattern into one sweep
 (`import_result_folder`).
 
@@ -7,7 +8,8 @@ Every source passes the validated boundary (benchkit.formats.reader.read_result_
 named, or the one whose markers the source carries) before the database is touched; a source it
 refuses raises (or, in a folder, is listed with) its `ResultFileError`, `file:line: field:
 reason`, and stores nothing. What the file cannot say is given by the caller (decoding method,
-TP) or by the file's name (`benchkit.formats.names`), and checked against what the file does say
+TP) or by the file's name (`benchkit.formats.names`); a method the file states (a `vllm bench
+sweep` run's serve parameters) is the run's own. Both are checked against what the file does say
 (a file with acceptance figures is not `auto`; tau <= k + 1; a name's concurrency or output
 length agrees with the file's).
 
@@ -92,10 +94,11 @@ def check_import_options(tp: int, sweep_name: str | None) -> None:
 
 @dataclass(frozen=True)
 class RunChoice:
-    """What the caller (or a file's name) says about a file's runs: decoding configuration, TP,
-    engine (None: the tool that wrote the file), and concurrency / output length from the name."""
+    """What the caller (or a file's name) says about a file's runs: decoding configuration (None:
+    each run's own, which its file must state), TP, engine (None: the tool that wrote the file),
+    and concurrency / output length from the name."""
 
-    method: MethodChoice
+    method: MethodChoice | None
     tp: int = 1
     engine: str | None = None
     concurrency: int | None = None
@@ -140,21 +143,38 @@ class _Parsed:
     choice: RunChoice
 
 
+def method_of_run(run: ImportedRun, given: MethodChoice | None) -> MethodChoice:
+    """The decoding configuration of an imported run: the one its file states (a `vllm bench
+    sweep` run's speculative_config), else the one given (`--method`). Raises ResultFileError at
+    the run when they disagree or when neither says."""
+    if run.method is None and given is None:
+        raise ResultFileError(run.origin, f"the {run.source_tool} file does not say which decoding method produced "
+                                          "this run: give --method (e.g. auto, linear, b15, 'draft_model k=4')")
+    if run.method is not None and given is not None and not (
+            run.method.method == given.method
+            and given.num_speculative_tokens in (None, run.method.num_speculative_tokens)
+            and given.tree_budget in (None, run.method.tree_budget)):
+        raise run.refuse("method", f"the file says {run.method.label!r}, --method says {given.label!r}")
+    return run.method or given
+
+
 def _check_against_file(read: ReadFile, choice: RunChoice) -> None:
-    """Refuse (ResultFileError at the file's field) what the file contradicts in `choice`."""
-    info = METHODS[choice.method.method]
-    k = choice.method.num_speculative_tokens
+    """Refuse (ResultFileError at the file's field) what the file contradicts in `choice`, and a
+    run whose method neither the file nor the caller gives."""
     for run in read.runs:
+        method = method_of_run(run, choice.method)
+        info = METHODS[method.method]
+        k = method.num_speculative_tokens
         m, w = run.metrics, run.workload
         if not info.speculates and m.has_spec_decode:
             name = "acceptance_length" if m.acceptance_length is not None else next(
                 f for f in ("acceptance_rate", "spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens",
                             "per_position_acceptance_rate") if getattr(m, f) is not None)
             raise run.refuse(name, f"the file records speculative decoding: the method "
-                                   f"{choice.method.label!r} does not speculate (give the method that produced it)")
+                                   f"{method.label!r} does not speculate (give the method that produced it)")
         if k is not None and info.takes_k and m.acceptance_length is not None and m.acceptance_length > k + 1:
             raise run.refuse("acceptance_length", f"acceptance length {m.acceptance_length} is more than k + 1 = "
-                                                  f"{k + 1} for {choice.method.label} (tau is in [1, k + 1])")
+                                                  f"{k + 1} for {method.label} (tau is in [1, k + 1])")
         for name, given in (("concurrency", choice.concurrency), ("output_len", choice.output_len)):
             if given is not None and w.get(name) is not None and w[name] != given:
                 raise run.refuse(name, f"{w[name]}, but the file's name says {name} {given}")
@@ -168,11 +188,15 @@ def _parse(path: Path, fmt: str, choice: RunChoice) -> _Parsed:
 
 def _outcome(imp: ImportedRun) -> RunOutcome:
     """The RunOutcome of one imported run: succeeded, or failed with the file's failure; the
-    file's figures and their source (tool, definitions, keys without a column); no logs."""
+    file's figures and their source (tool, its version as definitions["tool_version"],
+    definitions, keys without a column); no logs."""
     reason, message = imp.failure or ("", "")
+    definitions = dict(imp.definitions)
+    if imp.tool_version:
+        definitions["tool_version"] = imp.tool_version
     return RunOutcome(ok=imp.failure is None, reason=reason, message=message, engine_version=imp.source_version or "",
                       metrics=imp.metrics, spec_source=imp.spec_source or "", source_tool=imp.source_tool,
-                      definitions=imp.definitions, extra=imp.source_extra)
+                      definitions=definitions, extra=imp.source_extra)
 
 
 def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) -> list[int]:
@@ -182,13 +206,14 @@ def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) 
     ids = []
     for i, imp in enumerate(parsed.file.runs):
         w = imp.workload
+        method = method_of_run(imp, c.method)
         tool_engine = engine_for_tool(imp.source_tool) or ""
         run = Run(
             sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
             spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},
             engine=c.engine or w.get("engine") or tool_engine,
-            model=w.get("model") or "", method=c.method.method, num_speculative_tokens=c.method.num_speculative_tokens,
-            tree_budget=c.method.tree_budget, tp=c.tp,
+            model=w.get("model") or "", method=method.method, num_speculative_tokens=method.num_speculative_tokens,
+            tree_budget=method.tree_budget, tp=c.tp,
             concurrency=c.concurrency if c.concurrency is not None else w.get("concurrency"),
             request_rate=w.get("request_rate"), input_len=w.get("input_len"),
             output_len=c.output_len if c.output_len is not None else w.get("output_len"),
@@ -200,14 +225,17 @@ def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) 
 
 
 def _store(parsed: list[_Parsed], host: Host | str | None, sweep_name: str, source: str, spec: dict,
-           others: list[FileReport]) -> ImportReport:
-    """Store every parsed file in one transaction: the host (created here when named), one new
-    sweep for the files not imported before, their runs. Files imported before are reported."""
+           others: list[FileReport], into: Sweep | None = None) -> ImportReport:
+    """Store every parsed file in one transaction: the host (created here when named; `into`'s
+    host when none is named), one new sweep (or `into`) for the files not imported before, their
+    runs. Files imported before are reported."""
+    if host is None and into is not None:
+        host = into.host
     name = None if isinstance(host, Host) else host_name(host)
     with transaction.atomic():
         if name is not None:
             host, _ = Host.objects.get_or_create(name=name)
-        sweep = None
+        sweep = into
         reports = []
         for p in parsed:
             before = ResultFile.objects.filter(sha256=p.file.sha256).first()
@@ -237,38 +265,59 @@ def _store_once_more_on_race(*args) -> ImportReport:
 
 
 def import_result_file(path: str | Path, host: Host | str | None = None, sweep_name: str | None = None,
-                       method: str = "auto", num_speculative_tokens: int | None = None,
+                       method: str | None = None, num_speculative_tokens: int | None = None,
                        tree_budget: int | None = None, tp: int = 1, engine: str | None = None, fmt: str = "auto",
-                       aliases: dict[str, str] | None = None) -> ImportReport:
+                       aliases: dict[str, str] | None = None, into_sweep: int | None = None) -> ImportReport:
     """Store every run of the result source at `path` (a file, or a folder that a folder format
-    reads) in a new sweep (default name: its name), or report its runs when the same bytes were
-    imported before. `fmt`: a registered format's name, or "auto" (the source's markers decide).
+    reads) in a new sweep (default name: its name), or in the existing sweep `into_sweep` (beside
+    its runs, e.g. draftboard's own measurements of the same configuration), or report its runs
+    when the same bytes were imported before. `fmt`: a registered format's name, or "auto" (the
+    source's markers decide).
 
-    The file does not reliably say which decoding method produced it, so the caller does:
-    `method` (a name or a token such as `b15`, `linear`, an alias from `aliases`),
-    `num_speculative_tokens`, `tree_budget`, `tp`; `engine` defaults to what the file says (a
-    draftboard export's engine, else the tool that wrote it). `host`: a Host, or a host name
-    (default DRAFTBOARD_HOST) created inside the import's transaction.
+    A file rarely says which decoding method produced it, so the caller does: `method` (a name or
+    a token such as `b15`, `linear`, an alias from `aliases`), `num_speculative_tokens`,
+    `tree_budget`, `tp`. A run whose file states its method (a `vllm bench sweep` folder's serve
+    parameters) takes that one; `method` may then be None, and a `method` that disagrees is
+    refused. `engine` defaults to what the file says (a draftboard export's engine, the
+    `--server-engine` of a genai-bench experiment, ...), else the tool that wrote it. `host`: a
+    Host, or a host name (default DRAFTBOARD_HOST) created inside the import's transaction.
     Raises ImportOptionError for contradictory options, HostNameError for a bad host name, and
     ResultFileError (`file:line: field: reason`) for a file that cannot be imported; nothing is
     stored then."""
     check_import_options(tp, sweep_name)
-    choice = RunChoice(resolve_method(method, num_speculative_tokens, tree_budget, aliases), tp, engine)
+    if method is None and (num_speculative_tokens is not None or tree_budget is not None):
+        raise ImportOptionError("--num-speculative-tokens / --tree-budget need --method")
+    given = resolve_method(method, num_speculative_tokens, tree_budget, aliases) if method is not None else None
+    choice = RunChoice(given, tp, engine)
+    into = _into(into_sweep, sweep_name)
     if not isinstance(host, Host):
         host_name(host)  # a bad name fails before the file is read
     path = Path(path)
     parsed = _parse(path, fmt, choice)
     return _store_once_more_on_race([parsed], host, sweep_name or path.name[:200], str(path),
-                                    {"imported_from": str(path), "fmt": fmt}, [])
+                                    {"imported_from": str(path), "fmt": fmt}, [], into)
+
+
+def _into(into_sweep: int | None, sweep_name: str | None) -> Sweep | None:
+    """The sweep an import adds its runs to, or None (a new sweep); ImportOptionError when unknown
+    or given with a sweep name."""
+    if into_sweep is None:
+        return None
+    if sweep_name is not None:
+        raise ImportOptionError("--into-sweep adds to an existing sweep: leave out --sweep-name")
+    sweep = Sweep.objects.select_related("host").filter(pk=into_sweep).first()
+    if sweep is None:
+        raise ImportOptionError(f"--into-sweep {into_sweep}: no such sweep")
+    return sweep
 
 
 def import_result_folder(folder: str | Path, name_pattern: str, host: Host | str | None = None,
                          sweep_name: str | None = None, method: str | None = None,
                          num_speculative_tokens: int | None = None, tree_budget: int | None = None, tp: int = 1,
                          engine: str | None = None, fmt: str = "auto",
-                         aliases: dict[str, str] | None = None) -> ImportReport:
+                         aliases: dict[str, str] | None = None, into_sweep: int | None = None) -> ImportReport:
     """Import the result files of `folder` whose names match `name_pattern` into one new sweep
-    (default name: the folder's name), e.g. the users' `bench_results/` with
+    (default name: the folder's name; or the existing sweep `into_sweep`), e.g. the users' `bench_results/` with
     `tp{tp}-{method}.json` (tokens: benchkit.formats.names).
 
     A name's `{method}` token goes through benchkit.methods.parse_method_token (`auto`, `linear`,
@@ -291,6 +340,7 @@ def import_result_folder(folder: str | Path, name_pattern: str, host: Host | str
     if "method" not in pattern.tokens and method is None:
         raise ImportOptionError("--method: give one, or a {method} token in --name-pattern")
     default = resolve_method(method, num_speculative_tokens, tree_budget, aliases) if method else None
+    into = _into(into_sweep, sweep_name)
     if not isinstance(host, Host):
         host_name(host)
     try:
@@ -315,7 +365,7 @@ def import_result_folder(folder: str | Path, name_pattern: str, host: Host | str
         raise ImportOptionError(f"{folder}: no file name matches {name_pattern!r}")
     return _store_once_more_on_race(parsed, host, sweep_name or folder.resolve().name[:200], str(folder),
                                     {"imported_from": str(folder), "name_pattern": name_pattern, "fmt": fmt},
-                                    others)
+                                    others, into)
 
 
 def _choice_from_name(path: Path, tokens: dict[str, str], default: MethodChoice | None, tp: int,

@@ -73,7 +73,7 @@ class Vllm(EngineAdapter):
     server_env: ClassVar[dict[str, str]] = {"VLLM_SERVER_DEV_MODE": "1"}
     #: `vllm bench serve` files; and draftboard's own exports that name no engine (the importer
     #: filed those under vLLM before the registry, and still does).
-    result_tools: ClassVar[tuple[str, ...]] = ("vllm bench serve", "draftboard")
+    result_tools: ClassVar[tuple[str, ...]] = ("vllm bench serve", "vllm bench sweep", "draftboard")
     token_ids: ClassVar[TokenIds | None] = TokenIds(
         body={"return_token_ids": True}, choice_key="token_ids",
         source="vllm/entrypoints/openai/completion/protocol.py CompletionRequest.return_token_ids")

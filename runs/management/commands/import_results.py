@@ -29,7 +29,8 @@ def _alias(text: str) -> tuple[str, str]:
 
 class Command(BaseCommand):
     help = ("Import result files of the tools in the format registry (vllm bench serve, sglang.bench_serving, "
-            "...): one file, or a folder into one sweep with --name-pattern.")
+            "AIPerf, GuideLLM, genai-bench, inference-perf, vllm bench sweep): one file or tool folder, or a folder "
+            "of result files into one sweep with --name-pattern.")
 
     def add_arguments(self, parser):
         parser.add_argument("path", help="a result file (or a folder that a format reads as one), or a folder of "
@@ -38,10 +39,14 @@ class Command(BaseCommand):
                             help="folder import: file names with tokens {tp}, {method}, {concurrency}, {output_len}, "
                                  "e.g. 'tp{tp}-{method}.json'")
         parser.add_argument("--sweep-name", default=None, help="default: the file's or folder's name")
+        parser.add_argument("--into-sweep", type=int, default=None, metavar="ID",
+                            help="add the runs to this existing sweep (e.g. beside draftboard's own runs of the same "
+                                 "configuration) instead of a new one")
         parser.add_argument("--host", default=None)
         parser.add_argument("--method", default=None,
                             help=f"decoding method that produced the file(s): {', '.join(METHOD_NAMES)}, or a token "
-                                 "such as b15 (DDTree budget 15), linear, ar")
+                                 "such as b15 (DDTree budget 15), linear, ar; needed unless the file states each "
+                                 "run's method (a vllm bench sweep folder)")
         parser.add_argument("--alias", action="append", default=[], metavar="TOKEN=METHOD",
                             help="another name for a method token, e.g. tree15=b15 (repeatable)")
         parser.add_argument("--num-speculative-tokens", type=int, default=None)
@@ -57,14 +62,12 @@ class Command(BaseCommand):
         path = Path(o["path"])
         aliases = dict(_alias(a) for a in o["alias"])
         common = dict(host=o["host"], sweep_name=o["sweep_name"], num_speculative_tokens=o["num_speculative_tokens"],
-                      tree_budget=o["tree_budget"], tp=o["tp"], engine=o["engine"], fmt=o["format"], aliases=aliases)
+                      tree_budget=o["tree_budget"], tp=o["tp"], engine=o["engine"], fmt=o["format"], aliases=aliases,
+                      into_sweep=o["into_sweep"])
         try:
             if path.is_dir() and o["name_pattern"]:
                 report = import_result_folder(path, o["name_pattern"], method=o["method"], **common)
-            else:
-                if o["method"] is None:
-                    raise CommandError(f"--method is required for a single {'folder' if path.is_dir() else 'file'} "
-                                       "(e.g. auto, linear, b15)")
+            else:  # without --method, each run's file must state its method (a vllm bench sweep folder)
                 report = import_result_file(path, method=o["method"], **common)
         except ResultFileError as exc:
             hint = ("; a folder of result files, one per configuration, is imported with --name-pattern, e.g. "
