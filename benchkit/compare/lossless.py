@@ -263,7 +263,8 @@ def judge(outputs: RunOutputs, baselines: Sequence[tuple[int, RunOutputs]], floo
             p_value = float(binom.sf(len(div) - 1, n, fl_q))
             if p_value < alpha:
                 verdict = BEYOND_FLOOR
-                sentence = f"differs beyond the AR noise floor ({differ}); {floor_words}, p = {p_value:.2g}"
+                sentence = (f"differs beyond the AR noise floor ({differ}); {floor_words}"
+                            + (f", p = {p_value:.2g}" if fl_q else ": AR never differed from AR"))
             else:
                 verdict = LOSSLESS
                 sentence = (f"lossless within the AR noise floor: {ident} of {n} requests identical "
