@@ -8,6 +8,8 @@ from typing import Any
 
 from analysis import figures
 from analysis.filters import QueryError, Selection
+from benchkit.compare import lossless
+from benchkit.compare.lossless import lossless_mark
 from benchkit.compare.speedups import Speedup, best_by, compute_speedups, inconsistent_gpu_tps
 from benchkit.compare.stats import median
 from benchkit.measure.gpu_validity import bit_names
@@ -110,8 +112,11 @@ def headline(speedups: list[Speedup], points: list[Point], selection: Selection)
     level the fastest configuration relative to the baseline (`best_by`: by speed), and per
     concurrency level the fastest (configuration, TP) in output tok/s. None without points.
 
-    {"output_len", "concurrency": [c...], "rows": [{"tp", "cells": [Speedup | None per c]}],
-     "fastest": [{"concurrency", "label", "tp", "tok_s", "runs"}]}"""
+    A named configuration whose outputs differ from AR's carries its lossless mark
+    (benchkit.compare.lossless.lossless_mark, or None): never named fastest without it.
+
+    {"output_len", "concurrency": [c...], "rows": [{"tp", "cells": [(Speedup, mark) | (None, None)
+     per c]}], "fastest": [{"concurrency", "label", "tp", "tok_s", "runs", "mark"}]}"""
     shown = [p for p in points if selection.shows(p)]
     if not shown:
         return None
@@ -121,7 +126,12 @@ def headline(speedups: list[Speedup], points: list[Point], selection: Selection)
     best = best_by(sps, lambda sp: (sp.point.tp, sp.point.concurrency))
     concs = sorted({p.concurrency for p in shown if p.output_len == out_len}, key=figures.nulls_last)
     tps = sorted({p.tp for p in shown if p.output_len == out_len})
-    rows = [{"tp": tp, "cells": [best.get((tp, c)) for c in concs]} for tp in tps]
+    by_run = {p.run_id: p for p in points}
+
+    def marked(sp: Speedup | None) -> tuple:
+        return (sp, sp and lossless_mark(by_run[r] for r in sp.run_ids if r in by_run))
+
+    rows = [{"tp": tp, "cells": [marked(best.get((tp, c))) for c in concs]} for tp in tps]
     medians: dict[tuple, list[Point]] = defaultdict(list)
     for p in shown:
         if p.output_len == out_len and getattr(p, SPEED_FIELD) is not None:
@@ -132,7 +142,8 @@ def headline(speedups: list[Speedup], points: list[Point], selection: Selection)
                  for (cc, lab, tp), ps in medians.items() if cc == c]
         if cands:
             tok_s, lab, tp, runs = max(cands, key=lambda t: t[0])
-            fastest.append({"concurrency": c, "label": lab, "tp": tp, "tok_s": tok_s, "runs": runs})
+            fastest.append({"concurrency": c, "label": lab, "tp": tp, "tok_s": tok_s, "runs": runs,
+                            "mark": lossless_mark(by_run[r] for r in runs)})
     return {"output_len": out_len, "concurrency": concs, "rows": rows, "fastest": fastest,
             "baseline": selection.baseline}
 
@@ -287,7 +298,8 @@ def build_run(run, sweep_name: str, gpu_series: dict[str, Any] | None = None,
     figure "GPU power, SM clock and utilisation" from `gpu_series` (runs.selectors.gpu_series),
     per-GPU rows (`gpu_rows`), what to say when there is none (`telemetry_message`) and `cost`
     ((USD per million output tokens, USD per GPU-hour used), runs.selectors.cost_of). Client
-    (issue 13): the coalesced-arrivals note (`coalesced_note`)."""
+    (issue 13): the coalesced-arrivals note (`coalesced_note`). Lossless check (issue 18):
+    `lossless` (`lossless_section`)."""
     m = getattr(run, "metrics", None)
     d = (m.distributions if m else None) or {}
     figs = {}
@@ -314,5 +326,45 @@ def build_run(run, sweep_name: str, gpu_series: dict[str, Any] | None = None,
             "gpu_rows": gpu_rows(m), "telemetry_message": telemetry_message(run, m, gpu_series is not None),
             "cost_usd_per_m_output_tokens": cost[0], "price_usd_per_gpu_hour": cost[1],
             "coalesced_note": coalesced, "coalesced_gap_ms": COALESCED_GAP_MS,
-            "method_title": method_title(run.method), "fragment": fragment,
+            "method_title": method_title(run.method), "fragment": fragment, "lossless": lossless_section(run),
             "command": f"env {env} {run.command_line}" if env and run.argv else run.command_line}
+
+
+#: At most this many divergence positions are listed on the run page.
+RUN_PAGE_DIVERGENCES = 40
+
+
+def lossless_section(run) -> dict[str, Any]:
+    """The run page's lossless check, from the run's LosslessCheck row and its outputs blob's
+    small columns (loaded with the run: runs.selectors.RUN_PAGE_RELATED, the blob's data
+    deferred and never read here).
+
+    {"check": the LosslessCheck or None, "verdict", "sentence", "short", "marked", "divergences":
+    [(position, prompt index)] sorted by position (at most RUN_PAGE_DIVERGENCES) and "more" (how
+    many were left out), "floor_pairs": [(run a, run b, compared, identical, share)], "outputs":
+    what the run kept ("16 requests, token ids, 16 whole" / why none), "client": what the load
+    client asked ({option: value}), "note": what to say when there is no verdict}."""
+    check = getattr(run, "lossless", None)
+    blob = getattr(run, "outputs_blob", None)
+    if blob is not None:
+        outputs = f"{blob.n_requests} requests digested ({_KINDS.get(blob.kind, blob.kind)}), {blob.n_full} kept whole"
+    elif run.result_file_id:
+        outputs = "none: imported from another tool's result file"
+    else:
+        outputs = "none kept"
+    out: dict[str, Any] = {"check": check, "outputs": outputs, "client": run.client_options or {}, "note": ""}
+    if check is None:
+        out["note"] = ("autoregressive: this run is a baseline of the lossless check" if run.method == "auto" else
+                       "not computed yet (it is computed when the sweep's last run finishes; "
+                       f"`manage.py check_lossless --sweep {run.sweep_id}`)")
+        return out
+    divs = sorted((pos, idx) for idx, pos in check.divergences)
+    out.update(verdict=check.verdict, sentence=check.sentence, short=lossless.SHORT.get(check.verdict, ""),
+               marked=check.verdict in lossless.MARKED, divergences=divs[:RUN_PAGE_DIVERGENCES],
+               more=max(0, check.compared - check.identical - RUN_PAGE_DIVERGENCES),
+               floor_pairs=[(a, b, n, i, i / n if n else None) for a, b, n, i in check.floor_pairs])
+    return out
+
+
+_KINDS = {"ids": "token ids", "text": "text only: the engine returns no token ids", "mixed": "token ids and text",
+          "none": "no output: every request failed"}

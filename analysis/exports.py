@@ -16,7 +16,7 @@ import pandas as pd
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
 from benchkit.measure.metrics import METRICS, SUMMARY_FIELDS
-from benchkit.point import FIELD_GROUP, HEADERS, PRICED_FIGURES, SHAPE_FIELDS, Point
+from benchkit.point import FIELD_GROUP, GROUPS, HEADERS, PRICED_FIGURES, SHAPE_FIELDS, Point
 from runs.selectors import cost_of, window_of
 
 #: Efficiency fields of the metric schema in the CSV / LaTeX table (output tokens only).
@@ -30,10 +30,14 @@ EFFICIENCY_COLUMNS = ("output_tok_s_per_gpu", "mean_power_w_per_gpu", "peak_powe
 #: benchkit.point.PRICED_FIGURES, runs.selectors.counted_points with prices).
 _POINT_COLUMNS = ("run_id", "label", *SHAPE_FIELDS)
 _FIGURE_COLUMNS = (*(f.name for f in SUMMARY_FIELDS), *EFFICIENCY_COLUMNS, *PRICED_FIGURES)
-#: (column key, header): the point's values, its speedup and the baseline runs, then its figures.
+#: The point's lossless verdict (benchkit.compare.lossless; empty for an `auto` run, the baseline).
+LOSSLESS_COLUMNS = GROUPS["lossless"]
+#: (column key, header): the point's values, its speedup and the baseline runs, its lossless
+#: verdict, then its figures.
 COLUMNS = [
     ("run_id", HEADERS["run_id"]), ("label", "method"), *((f, HEADERS[f]) for f in SHAPE_FIELDS),
     ("speedup", "speedup"), ("baseline_run_ids", "baseline run"),
+    *((f, HEADERS[f]) for f in LOSSLESS_COLUMNS),
     *((f.name, f.header) for f in SUMMARY_FIELDS),
     *((name, METRICS[name].header) for name in EFFICIENCY_COLUMNS),
     ("cost_usd_per_m_output_tokens", "cost per million output tokens (USD/Mtok)"),
@@ -50,7 +54,7 @@ def sweep_table(points: list[Point], speedups: list[Speedup]) -> pd.DataFrame:
     for p in points:
         sp = by_run.get(p.run_id)
         rows.append({
-            **{k: getattr(p, k) for k in (*_POINT_COLUMNS, *_FIGURE_COLUMNS)},
+            **{k: getattr(p, k) for k in (*_POINT_COLUMNS, *LOSSLESS_COLUMNS, *_FIGURE_COLUMNS)},
             "speedup": round(sp.value, 4) if sp and sp.value is not None else None,
             "baseline_run_ids": " ".join(map(str, sp.baseline_run_ids)) if sp else "",
         })
@@ -72,8 +76,9 @@ def to_csv(table: pd.DataFrame) -> str:
 
 def to_latex(table: pd.DataFrame, caption: str) -> str:
     """A LaTeX `table` environment (booktabs) of the sweep, two decimals; an unknown workload
-    value reads "not in the file", an unknown figure "--"."""
-    table = table.astype({k: object for k in WORKLOAD_COLUMNS})
+    value reads "not in the file", an unknown figure "--"; the lossless sentence is left out (the
+    verdict code and its figures stay)."""
+    table = table.drop(columns=["lossless_sentence"]).astype({k: object for k in WORKLOAD_COLUMNS})
     for k in WORKLOAD_COLUMNS:
         table[k] = [NOT_IN_FILE if pd.isna(v) else str(v) for v in table[k]]
     return table.rename(columns=dict(COLUMNS)).to_latex(index=False, float_format="%.2f", caption=caption,
@@ -87,8 +92,11 @@ def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, 
     `cost_usd_per_m_output_tokens` with the `price_usd_per_gpu_hour` it used (today's price,
     runs.selectors.cost_of; `prices`: runs.selectors.gpu_prices()). The efficiency figures are
     under draftboard.metrics with the other figures. Unknown values (an imported run's workload
-    its file did not give) are null. Needs `run.metrics` loaded."""
+    its file did not give) are null. The run's lossless verdict is under draftboard.run.lossless
+    (LosslessCheck's columns, null without one: an `auto` run, or not computed). Needs
+    `run.metrics` loaded (and `run.lossless`, else one query)."""
     m = run.metrics
+    check = getattr(run, "lossless", None)
     cost, price = cost_of(run, m, prices)
     meta = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "model": run.model, "backend": run.engine, "engine": run.engine,
@@ -100,6 +108,11 @@ def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, 
         "gpus": run.gpus, "input_len": run.input_len, "output_len": run.output_len, "argv": run.argv,
         "is_demo_model": run.is_demo_model, "source_tool": m.source_tool,
         "cost_usd_per_m_output_tokens": cost, "price_usd_per_gpu_hour": price,
+        "lossless": None if check is None else {
+            k: getattr(check, k) for k in ("verdict", "sentence", "reason", "compared", "identical",
+                                           "identical_share", "median_first_divergence", "unit", "precision",
+                                           "block", "baseline_run_ids", "floor_run_ids", "floor_identical_share",
+                                           "p_value")},
     }
     return export_vllm_layout(window_of(m), meta, spec_source=m.spec_source or None)
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from benchkit.compare.lossless import MARK, lossless_mark
 from benchkit.compare.speedups import Speedup, best_by, relative_step_costs
 from benchkit.compare.stats import median
 from benchkit.methods import config_order as _method_order
@@ -212,12 +213,15 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
     count); a cell without a number (no matched baseline run, unknown tok/s) is blank with
     "no number" and its reason on hover. The best cell of each column (highest speedup,
     `best_by`) starts with ★ and is outlined. Hover: speedup, output tok/s of both sides, tau,
-    the runs and the baseline runs used. customdata per cell: {"runs": [ids]}. Each trace's
-    `meta` holds its panel: {"concurrency", "output_len"}.
+    the runs and the baseline runs used. A cell whose configuration's outputs differ from AR's
+    (benchkit.compare.lossless.lossless_mark over its runs: beyond the AR noise floor, or with no
+    floor to judge) gets MARK (≠) beside its number and the verdict on hover. customdata per
+    cell: {"runs": [ids]}. Each trace's `meta` holds its panel: {"concurrency", "output_len"}.
     """
     title = f"Speedup vs {baseline} per configuration and TP degree (★ = fastest of each TP)"
     subtitle = (f"cell = output tok/s ÷ that of the matched {baseline} run (same engine build, model, GPUs, TP and "
-                "workload); 95% CI over repeats, else 'single run'")
+                f"workload); 95% CI over repeats, else 'single run'; {MARK} = outputs differ from AR's (lossless "
+                "check, hover)")
     with_number = [sp for sp in speedups if sp.value is not None]
     if not with_number:
         reasons = sorted({sp.reason for sp in speedups if sp.reason})
@@ -264,12 +268,15 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
                     zr.append(_num(sp.value))
                     second = (f"{sp.ci95[0]:.2f}–{sp.ci95[1]:.2f}" if sp.ci95 else
                               "single run" if sp.n_repeats == 1 else f"{sp.n_repeats} runs")
-                    tr.append(f"{'★ ' if is_best else ''}{sp.value:.2f}×<br>{second}")
+                    mark = lossless_mark(points_by_run[r] for r in sp.run_ids)
+                    lead = ("★ " if is_best else "") + (f"{mark.symbol} " if mark else "")
+                    tr.append(f"{lead}{sp.value:.2f}×<br>{second}")
                     hr.append(f"<b>{lab} · TP{tp} · concurrency {shown(conc)}</b><br>"
                               f"speedup {sp.value:.2f}× vs {baseline} ({sp.spread})<br>"
                               f"output {_fmt(sp.median_output_throughput)} tok/s vs {_fmt(base_tps)} tok/s<br>"
                               f"τ {_fmt(tau, '.2f', 'no counters')}<br>runs {_ids(sp.run_ids)} · "
-                              f"{baseline} runs {_ids(sp.baseline_run_ids)}")
+                              f"{baseline} runs {_ids(sp.baseline_run_ids)}"
+                              + (f"<br>{mark.symbol} {mark.text}" if mark else ""))
                     if is_best:
                         r_i, c_i = labels.index(lab), tps.index(tp)
                         shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": c_i - 0.48, "x1": c_i + 0.48,

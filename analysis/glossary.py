@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchkit.compare.lossless import ALPHA, MARK
 from benchkit.measure.gpu_window import TELEMETRY_MAX_GAP_MS, TELEMETRY_MAX_GAP_SHARE
 from benchkit.measure.loadclient import STALL_MIN_MS
 from benchkit.measure.metrics import COALESCED_GAP_MS, COALESCED_NOTE_SHARE, STAT_NAMES
@@ -158,6 +159,25 @@ SECTIONS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
                                   f"sampling periods; above {TELEMETRY_MAX_GAP_MS:g} ms or "
                                   f"{TELEMETRY_MAX_GAP_SHARE:.0%} the run is marked suspect (telemetry_gap)",
               "ms, fraction", "", ("telemetry_gap_max_ms", "telemetry_gap_share")),
+    )),
+    ("Lossless check (docs/LOSSLESS.md)", (
+        Entry("identical share", "share of a speculative run's requests whose output (token ids, else text) equals "
+                                 "the output of a matched auto run for the same prompt (same engine build, model, "
+                                 "GPUs, TP and workload, temperature 0, same seed; requests paired by prompt hash)",
+              "fraction", "output"),
+        Entry("first divergence", "for a request whose output differs: the first position where it differs from "
+                                  "the closest auto output; exact where both runs kept the output whole (the first "
+                                  "32 prompts), else to the block of 64 tokens (256 characters on text); the run "
+                                  "shows the median", "tokens (characters on text)", "output"),
+        Entry("AR noise floor", "auto runs that differ only where numerics may change (repeats, another concurrency "
+                                "or request rate) compared pairwise: the smallest identical share over the pairs, "
+                                "i.e. the largest rate q at which AR differs from AR", "fraction", "output"),
+        Entry("lossless verdict", "lossless: no divergence, or no more than AR's own rate explains; differs beyond "
+                                  f"the AR noise floor ({MARK}): with n requests compared and d diverged, the "
+                                  f"one-sided binomial tail P(X >= d | n, q) < {ALPHA:g} (with q = 0 any "
+                                  f"divergence); differs ({MARK}): divergence but no floor to judge it; not checked: "
+                                  "sampling (temperature > 0), no matched auto run, outputs not kept, an imported "
+                                  "file, synthetic acceptance (not lossless by design)", ""),
     )),
 )
 

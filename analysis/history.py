@@ -17,6 +17,7 @@ from django.template.defaultfilters import floatformat, slugify
 from django.urls import reverse
 
 from analysis import history_figures as hf
+from benchkit.compare import lossless
 from benchkit.compare.speedups import compute_speedups
 from benchkit.compare.stats import median
 from benchkit.compare.sweepdiff import (
@@ -55,13 +56,25 @@ def _sweep_ref(s, host_name: str) -> dict[str, Any]:
             "created": f"{s.created_at:%Y-%m-%d %H:%M}", "is_demo": s.is_demo}
 
 
-def _diff_row(d: PointDiff) -> dict[str, Any]:
+def _lossless(points: list[Point]) -> dict[str, Any] | None:
+    """The most severe lossless verdict of one side's runs of a point (benchkit.compare.lossless
+    .worst): {"verdict", "short", "share", "sentence"}, None for none (`auto`, not computed)."""
+    p = lossless.worst(points)
+    if p is None:
+        return None
+    return {"verdict": p.lossless_verdict, "short": lossless.SHORT[p.lossless_verdict],
+            "share": p.lossless_identical_share, "sentence": p.lossless_sentence}
+
+
+def _diff_row(d: PointDiff, by_run: dict[int, Point]) -> dict[str, Any]:
     p = d.point
     return {
         "label": d.label, "tp": p.tp, "concurrency": p.concurrency,
         "input_len": p.input_len, "output_len": p.output_len, "verdict": d.verdict,
         "single_run": d.single_run, "old_run_ids": d.old_run_ids, "new_run_ids": d.new_run_ids,
         "apart_reason": d.apart_reason,
+        "lossless": {"old": _lossless([by_run[i] for i in d.old_run_ids if i in by_run]),
+                     "new": _lossless([by_run[i] for i in d.new_run_ids if i in by_run])},
         # in the order of the page's `metrics` list
         "metrics": [{"name": m, "old": c.old, "new": c.new, "change_pct": c.change_pct, "ci95_pct": c.ci95_pct,
                      "verdict": c.verdict} for m, c in d.changes.items()],
@@ -82,6 +95,7 @@ def build_compare(old, new, old_points: list[Point], new_points: list[Point], no
     only one sweep has, and the figure. `truncated` says when rows were left out.
     """
     diff = compare_sweeps(old_points, new_points, noise_pct=noise_pct)
+    by_run = {p.run_id: p for p in (*old_points, *new_points)}
     matched = sorted(diff.matched, key=_severity)
     metrics = [{"name": m, "label": METRICS[m].label, "unit": METRICS[m].unit,
                 "better": "higher" if sign > 0 else "lower"} for m, sign in COMPARE_METRICS.items()]
@@ -91,8 +105,8 @@ def build_compare(old, new, old_points: list[Point], new_points: list[Point], no
         "counts": {"worse": diff.counts[WORSE], "better": diff.counts[BETTER], "same": diff.counts[SAME],
                    "unknown": diff.counts[UNKNOWN], "apart": len(diff.apart), "only_old": len(diff.only_old),
                    "only_new": len(diff.only_new), "matched": len(diff.matched)},
-        "points": [_diff_row(d) for d in matched[:limit]],
-        "apart": [_diff_row(d) for d in diff.apart[:limit]],
+        "points": [_diff_row(d, by_run) for d in matched[:limit]],
+        "apart": [_diff_row(d, by_run) for d in diff.apart[:limit]],
         "apart_reasons": sorted({d.apart_reason for d in diff.apart}),
         "only_old": [_unmatched_row(u) for u in diff.only_old[:limit]],
         "only_new": [_unmatched_row(u) for u in diff.only_new[:limit]],
@@ -261,9 +275,16 @@ def build_trend(host, name: str, nights, points: list[Point], flags, snapshots: 
     return {"data": data}
 
 
+def _mark(mark: Any) -> dict[str, Any] | None:
+    """A LosslessMark as JSON-able data (the home page's data endpoint), or None."""
+    return None if mark is None else {"symbol": mark.symbol, "text": mark.text, "run_ids": list(mark.run_ids)}
+
+
 def _headline(points: list[Point]) -> list[dict[str, Any]]:
     """Per TP: the configuration with the highest speedup vs its matched autoregressive run, at
-    which workload, and its tok/s; TPs without any matched baseline say so."""
+    which workload, and its tok/s, with its lossless mark (benchkit.compare.lossless.lossless_mark,
+    None when not marked); TPs without any matched baseline say so."""
+    by_run = {p.run_id: p for p in points}
     best: dict[int, dict[str, Any]] = {}
     for sp in compute_speedups(points, ci=False):
         p = sp.point
@@ -273,7 +294,8 @@ def _headline(points: list[Point]) -> list[dict[str, Any]]:
         if cur is None or sp.value > cur["speedup"]:
             best[p.tp] = {"tp": p.tp, "label": sp.label, "speedup": sp.value, "concurrency": p.concurrency,
                           "output_len": p.output_len, "tok_s": sp.median_output_throughput,
-                          "n_repeats": sp.n_repeats, "run_ids": sp.run_ids}
+                          "n_repeats": sp.n_repeats, "run_ids": sp.run_ids,
+                          "lossless_mark": _mark(lossless.lossless_mark(by_run[r] for r in sp.run_ids))}
     tps = sorted({p.tp for p in points})
     return [best.get(tp, {"tp": tp, "label": None, "speedup": None}) for tp in tps]
 

@@ -14,6 +14,7 @@ The configuration is a flat set of fields in named groups (the only list of them
 | placement | host_id, gpu_uuids, gpu_names | where it ran (GPUs by UUID, their NVML names) |
 | environment | hardware_fingerprint | the host's hardware snapshot in force when it started |
 | run | sweep_id, repeat_index, run_id | which stored run it is |
+| lossless | lossless_verdict, _identical_share, _divergence_median, _sentence | its lossless verdict |
 
 Each field's metadata also says which keys it belongs to, and the keys are read off that:
 
@@ -34,6 +35,13 @@ Each field's metadata also says which keys it belongs to, and the keys are read 
   (`benchkit.specs._defines`); every IDENTITY field is one of them (tests/test_point.py). A server
   start's key (`RunSpec.server_key`) is every ServerConfig field plus the GPUs and a pinned
   port: it does not apply to a stored point.
+
+The lossless group is what the run's stored lossless check says (computed when its sweep's last run
+finished, runs.services.lossless; "" / None where none was computed, e.g. an `auto` run, which is
+the baseline): the verdict code (benchkit.compare.lossless.VERDICTS), the share of requests whose
+output equals AR's (0..1), the median first divergence (tokens, or characters for an engine that
+returns text only) and the sentence the pages print. It belongs to no key and is not compared
+(equality covers the configuration); `benchkit.compare.lossless.lossless_mark` reads it.
 
 The figures are the run's `benchkit.measure.metrics.WindowMetrics` fields (names with units:
 `output_throughput_tok_s`, `median_tpot_ms`, ...; None where unknown) plus the figures priced when
@@ -66,8 +74,9 @@ PRICED_FIGURES = ("cost_usd_per_m_output_tokens", "price_usd_per_gpu_hour")
 FIGURE_NAMES: tuple[str, ...] = (*METRICS, *PRICED_FIGURES)
 
 
-def _field(group: str, *keys: str, default: Any = None, header: str = "") -> Any:
-    return field(default=default, metadata={"group": group, "keys": frozenset(keys), "header": header})
+def _field(group: str, *keys: str, default: Any = None, header: str = "", compare: bool = True) -> Any:
+    return field(default=default, compare=compare, metadata={"group": group, "keys": frozenset(keys),
+                                                             "header": header})
 
 
 class _Figures:
@@ -146,6 +155,11 @@ class Point(_Figures):
     sweep_id: int | None = _field("run")
     repeat_index: int = _field("run", default=0)
     run_id: int = _field("run", default=0, header="run")
+    # lossless (the stored verdict; not part of the configuration: never compared)
+    lossless_verdict: str = _field("lossless", default="", header="lossless", compare=False)
+    lossless_identical_share: float | None = _field("lossless", header="identical share", compare=False)
+    lossless_divergence_median: float | None = _field("lossless", header="first divergence (median)", compare=False)
+    lossless_sentence: str = _field("lossless", default="", header="lossless verdict", compare=False)
     # derived
     label: str = field(init=False, repr=False, compare=False, default="")
     figures_: InitVar[Mapping[str, Any] | None] = None

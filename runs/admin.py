@@ -383,6 +383,30 @@ class GpuTelemetryBlobAdmin(AuditReadOnly, admin.ModelAdmin):
     readonly_fields = ("run", "hz", "n_ticks", "n_gpus", "idle_used_mib")
 
 
+@admin.register(models.RunOutputsBlob)
+class RunOutputsBlobAdmin(AuditReadOnly, admin.ModelAdmin):
+    """What each run kept of its outputs for the lossless check; the digests themselves are never
+    read here (deferred)."""
+
+    list_display = ("run_id", "kind", "n_requests", "n_full")
+    list_filter = ("kind",)
+    exclude = ("data",)
+    readonly_fields = ("run", "kind", "n_requests", "n_full")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("data")
+
+
+@admin.register(models.LosslessCheck)
+class LosslessCheckAdmin(AuditReadOnly, admin.ModelAdmin):
+    """The stored lossless verdicts (runs.services.lossless; recompute: `manage.py check_lossless`)."""
+
+    list_display = ("run_id", "verdict", "identical_share", "median_first_divergence", "floor_identical_share",
+                    "reason", "computed_at")
+    list_filter = ("verdict", "reason")
+    readonly_fields = [f.name for f in models.LosslessCheck._meta.fields]
+
+
 @admin.register(models.GpuPrice)
 class GpuPriceAdmin(admin.ModelAdmin):
     """GPU-hour prices per GPU model, edited in the list: cost per million output tokens is

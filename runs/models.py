@@ -250,6 +250,10 @@ class Run(models.Model):
     server_env = models.JSONField(default=dict, blank=True)
     server_log_tail = models.TextField(blank=True)
     server_shared = models.BooleanField(default=False)
+    client_options = models.JSONField(
+        default=dict, blank=True,
+        help_text="what the load client asked of the server (benchkit.measure.loadclient.ClientOptions, chosen "
+                  "from the engine's capabilities): token ids, usage per message, kernel stamps, outputs kept")
     result_file = models.ForeignKey(ResultFile, null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
                                     help_text="the file an imported run came from")
     server_port = models.PositiveIntegerField(null=True, blank=True, help_text="the server's main TCP port "
@@ -395,6 +399,64 @@ class GpuTelemetryBlob(models.Model):
     n_ticks = models.PositiveIntegerField()
     n_gpus = models.PositiveIntegerField()
     idle_used_mib = models.JSONField(default=dict, blank=True)
+
+
+class RunOutputsBlob(models.Model):
+    """What each measured request of the run generated, as digests for the lossless check
+    (benchkit.measure.outputs.encode_outputs: per request the prompt hash, kind, length, whole
+    hash and block hashes, the first prompts' outputs in full; about 33 bytes + 4 per 64 tokens
+    per request). Written with the request logs (runs.services.outcomes), read only by
+    runs.services.lossless; `data` is never read on a page (deferred). `kind`: what was kept,
+    "ids", "text", "mixed" or "none" (every request failed); `n_requests`, `n_full`: requests
+    digested and kept whole."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="outputs_blob")
+    data = models.BinaryField()
+    n_requests = models.PositiveIntegerField()
+    n_full = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10)
+
+
+class LosslessVerdict(models.TextChoices):
+    """benchkit.compare.lossless.VERDICTS."""
+
+    LOSSLESS = "lossless", "lossless"
+    BEYOND_FLOOR = "beyond_floor", "differs beyond the AR noise floor"
+    DIFFERS = "differs", "differs from AR (no noise floor)"
+    NOT_CHECKED = "not_checked", "not checked"
+
+
+class LosslessCheck(models.Model):
+    """A speculative run's lossless verdict (benchkit.compare.lossless.Verdict), one row per run,
+    written by runs.services.lossless when its sweep's last run finished (and by
+    `manage.py check_lossless`); pages read these columns, never the outputs blobs.
+
+    `identical_share` (0..1), `median_first_divergence` (in `unit`: token, or char for an engine
+    that returns text only) and `precision` (exact, or to the block of `block` units) over the
+    requests compared; `divergences`: [[prompt index, first divergence], ...] (at most
+    benchkit.compare.lossless.MAX_DIVERGENCES); `baseline_run_ids`: the `auto` runs compared with;
+    `floor_run_ids` / `floor_pairs` ([[run a, run b, compared, identical], ...]) /
+    `floor_identical_share`: the AR noise floor; `p_value`: the rule's binomial tail."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="lossless")
+    verdict = models.CharField(max_length=20, choices=LosslessVerdict.choices)
+    sentence = models.CharField(max_length=500, help_text="what the pages print")
+    reason = models.CharField(max_length=40, blank=True, help_text="not-checked reason code")
+    compared = models.PositiveIntegerField(default=0, help_text="requests compared")
+    identical = models.PositiveIntegerField(default=0, help_text="requests identical to AR")
+    not_comparable = models.PositiveIntegerField(default=0)
+    identical_share = models.FloatField(null=True, blank=True, help_text="0..1")
+    median_first_divergence = models.FloatField(null=True, blank=True, help_text="tokens (chars when on text)")
+    unit = models.CharField(max_length=10, blank=True)
+    precision = models.CharField(max_length=10, blank=True, help_text="exact or block")
+    block = models.PositiveIntegerField(null=True, blank=True)
+    divergences = models.JSONField(default=list, blank=True)
+    baseline_run_ids = models.JSONField(default=list, blank=True)
+    floor_run_ids = models.JSONField(default=list, blank=True)
+    floor_pairs = models.JSONField(default=list, blank=True)
+    floor_identical_share = models.FloatField(null=True, blank=True, help_text="0..1")
+    p_value = models.FloatField(null=True, blank=True)
+    computed_at = models.DateTimeField(auto_now=True)
 
 
 class GpuPrice(models.Model):

@@ -56,6 +56,12 @@ def _column(field: str) -> str:
 #: from the host's snapshots).
 _RUN_COLUMNS = {f.attname for f in Run._meta.concrete_fields} | {"id"}
 _STORED_FIELDS = tuple(f for f in RECORD_FIELDS if _column(f) in _RUN_COLUMNS)
+#: The point's lossless group (benchkit.point, group "lossless"), read from the run's LosslessCheck
+#: row in the same query (a LEFT JOIN: "" / None for a run without one), in the group's order
+#: (tests/test_lossless_storage.py holds them equal).
+_LOSSLESS_COLUMNS = {"lossless_verdict": "verdict", "lossless_identical_share": "identical_share",
+                     "lossless_divergence_median": "median_first_divergence", "lossless_sentence": "sentence"}
+_LOADED_FIELDS = (*_STORED_FIELDS, *_LOSSLESS_COLUMNS)
 #: Grid order of a sweep's runs (benchkit.point.GRID_FIELDS as Run columns).
 GRID_ORDER = tuple(_column(f) for f in GRID_FIELDS)
 
@@ -78,7 +84,7 @@ def sweep_list() -> QuerySet[Sweep]:
 def sweep_runs(sweep: Sweep) -> QuerySet[Run]:
     """All runs of a sweep with their metrics (one query), in grid order, without the heavy
     columns (HEAVY_RUN_COLUMNS, HEAVY_METRICS_COLUMNS; reading one costs a query per run)."""
-    return (Run.objects.filter(sweep=sweep).select_related("metrics").order_by(*GRID_ORDER)
+    return (Run.objects.filter(sweep=sweep).select_related("metrics", "lossless").order_by(*GRID_ORDER)
             .defer(*HEAVY_RUN_COLUMNS, *(f"metrics__{c}" for c in HEAVY_METRICS_COLUMNS)))
 
 
@@ -177,7 +183,12 @@ def counted_points(runs, prices: dict[str, float | None] | None = None) -> list[
     WindowMetrics figure and, given `prices` (`gpu_prices()`), the priced ones: the rows
     `load_points` would read, built the same way (`_points_of`); no hardware fingerprint ("")."""
     figures = tuple(METRICS)
-    rows = ((*(getattr(r, _column(f)) for f in _STORED_FIELDS), json.dumps(r.gpus), "",
+
+    def lossless(r: Run) -> tuple:
+        check = getattr(r, "lossless", None)  # no row: RelatedObjectDoesNotExist, an AttributeError
+        return tuple(getattr(check, c, None) for c in _LOSSLESS_COLUMNS.values())
+
+    rows = ((*(getattr(r, _column(f)) for f in _STORED_FIELDS), *lossless(r), json.dumps(r.gpus), "",
              *(getattr(r.metrics, f) for f in figures)) for r in runs if r.counts)
     return _points_of(rows, figures, dated=None, prices=prices)
 
@@ -223,8 +234,9 @@ def _cost(price: float | None, n_gpus: int, duration_s: float | None, output_tok
 
 
 #: select_related of the run page: its telemetry and log rows without their data (gpu_series).
-RUN_PAGE_RELATED = ("sweep", "host", "metrics", "result_file", "gpu_telemetry", "request_logs")
-RUN_PAGE_DEFERRED = ("gpu_telemetry__data", "request_logs__data")
+RUN_PAGE_RELATED = ("sweep", "host", "metrics", "result_file", "gpu_telemetry", "request_logs", "outputs_blob",
+                    "lossless")
+RUN_PAGE_DEFERRED = ("gpu_telemetry__data", "request_logs__data", "outputs_blob__data")
 #: At most this many points per trace of the run page's GPU figure.
 GPU_SERIES_MAX_POINTS = 2000
 
@@ -306,8 +318,9 @@ def load_points(runs: QuerySet[Run], figures: Sequence[str] = (), *, gpus: bool 
         runs, dated = runs.annotate(fingerprint=F("started_at")), _dated(snapshots)
     else:
         runs = runs.annotate(fingerprint=Value("", CharField()))
-    rows = runs.values_list(*(_column(f) for f in _STORED_FIELDS), "gpus_text", "fingerprint",
-                            *(f"metrics__{f}" for f in figures))
+    rows = runs.values_list(*(_column(f) for f in _STORED_FIELDS),
+                            *(f"lossless__{c}" for c in _LOSSLESS_COLUMNS.values()),
+                            "gpus_text", "fingerprint", *(f"metrics__{f}" for f in figures))
     return _points_of(rows, figures, dated=dated, prices=prices)
 
 
@@ -326,10 +339,12 @@ def _dated(snapshots: dict[int, list[dict[str, Any]]]) -> Callable[[Any, int | N
 def _points_of(rows: Iterable[Sequence[Any]], figures: Sequence[str], *,
                dated: Callable[[Any, int | None], str] | None, prices: dict[str, float | None] | None
                ) -> list[Point]:
-    """Points (benchkit.point.build_points) from rows of: the _STORED_FIELDS values, the `gpus`
-    column as JSON text (None: not read), the hardware fingerprint (or, with `dated`, the start
-    time it is dated from), the `figures` values. With `prices`, each point is priced."""
-    n, host_at = len(_STORED_FIELDS), _STORED_FIELDS.index("host_id")
+    """Points (benchkit.point.build_points) from rows of: the _STORED_FIELDS values, the lossless
+    columns (_LOSSLESS_COLUMNS, None without a LosslessCheck row), the `gpus` column as JSON text
+    (None: not read), the hardware fingerprint (or, with `dated`, the start time it is dated
+    from), the `figures` values. With `prices`, each point is priced."""
+    n, host_at = len(_LOADED_FIELDS), _STORED_FIELDS.index("host_id")
+    verdict_at, sentence_at = len(_STORED_FIELDS), n - 1
     gpus: dict[str | None, tuple] = {}
     names = (*figures, *PRICED_FIGURES) if prices is not None else tuple(figures)
     duration_at = n + 2 + figures.index("duration_s") if prices is not None else 0
@@ -343,12 +358,13 @@ def _points_of(rows: Iterable[Sequence[Any]], figures: Sequence[str], *,
             gpus[text] = (uuids, gnames, _price(gnames, prices) if prices is not None else None)
         uuids, gnames, price = gpus[text]
         fp = r[n + 1] if dated is None else dated(r[n + 1], r[host_at])
+        head = (*r[:verdict_at], r[verdict_at] or "", *r[verdict_at + 1:sentence_at], r[sentence_at] or "")
         if prices is None:
-            return (*r[:n], uuids, gnames, fp, *r[n + 2:])
+            return (*head, uuids, gnames, fp, *r[n + 2:])
         cost = _cost(price, len(uuids), r[duration_at], r[tokens_at])
-        return (*r[:n], uuids, gnames, fp, *r[n + 2:], cost, price)
+        return (*head, uuids, gnames, fp, *r[n + 2:], cost, price)
 
-    return build_points((*_STORED_FIELDS, "gpu_uuids", "gpu_names", "hardware_fingerprint"), names, map(row, rows))
+    return build_points((*_LOADED_FIELDS, "gpu_uuids", "gpu_names", "hardware_fingerprint"), names, map(row, rows))
 
 
 def state_counts(sweep: Sweep) -> dict[str, int]:

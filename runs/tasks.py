@@ -11,7 +11,7 @@ from datetime import date, datetime
 from celery import shared_task
 
 from runs import worker  # noqa: F401  (connects the worker signal handlers)
-from runs.services import dispatch, execution, leases, regressions, supervision, sweeps
+from runs.services import dispatch, execution, leases, lossless, regressions, supervision, sweeps
 
 #: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
 #: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
@@ -59,3 +59,10 @@ def detect_regressions_task(sweep_id: int) -> list[int]:
     """Judge sweep `sweep_id` against the earlier nights of its series and store regression flags
     (regressions.detect_for_sweep); returns the flag ids. Queued when the sweep's last run finished."""
     return regressions.detect_for_sweep(sweep_id).flagged
+
+
+@shared_task(name=dispatch.CHECK_LOSSLESS_TASK, acks_late=True)
+def check_lossless_task(sweep_id: int) -> dict[int, str]:
+    """Judge the speculative runs of sweep `sweep_id` against its auto runs and store the verdicts
+    (lossless.check_sweep); returns {run id: verdict}. Queued when the sweep's last run finished."""
+    return lossless.check_sweep(sweep_id)

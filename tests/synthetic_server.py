@@ -45,8 +45,10 @@ Usage::
 
 As a managed server (a process draftboard starts and stops, like vLLM): `python -m
 tests.synthetic_server --port P [--ttft-ms 20 --gap-ms 10 --tokens-per-message 1]` serves in the
-foreground (`--ignore-sigterm`: as a hung server that only SIGKILL stops); unknown engine flags
-(`--seed`, `--served-model-name`, ...) are ignored. It first
+foreground (`--ignore-sigterm`: as a hung server that only SIGKILL stops; `--diverge-after P
+--diverge-share S`: a lossy speculative build, whose outputs diverge as `diverge_after` /
+`diverge_share` say only when it was started with vLLM's `--speculative-config`, so the `auto`
+server of the same flags stays lossless); unknown engine flags (`--seed`, ...) are ignored. It first
 forks one child that inherits the listening socket and sleeps, the way an engine's worker
 processes share its process group: killing only the leader leaves the port held, so only a
 whole-group teardown frees it. The engine build `synthetic` (tests/fixtures/synthetic_flags.yaml,
@@ -478,6 +480,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-fork-child", action="store_true", help="do not fork the socket-holding child")
     parser.add_argument("--ignore-sigterm", action="store_true", help="leader and child ignore SIGTERM (a hung "
                         "server: only SIGKILL stops it)")
+    parser.add_argument("--diverge-after", type=int, default=None, help="a lossy speculative build: with "
+                        "--speculative-config, outputs differ from token P on (see --diverge-share)")
+    parser.add_argument("--diverge-share", type=float, default=0.0, help="the share of prompts that diverge")
+    parser.add_argument("--speculative-config", default="", help="vLLM's flag: any value means speculating")
     args, _engine_flags = parser.parse_known_args(argv)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -488,8 +494,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_fork_child and os.fork() == 0:  # the "worker" child: holds the socket, sleeps
         while True:
             time.sleep(3600)
+    lossy = args.speculative_config and args.diverge_after is not None
     cfg = SyntheticConfig(ttft_ms=args.ttft_ms, gap_ms=args.gap_ms, tokens_per_message=args.tokens_per_message,
-                          model=args.served_model_name)
+                          model=args.served_model_name, diverge_after=args.diverge_after if lossy else None,
+                          diverge_share=args.diverge_share if lossy else 0.0)
     server = SyntheticServer(cfg, sock=sock)
     server.start()
     print(f"synthetic server pid {os.getpid()} on {server.base_url}", flush=True)

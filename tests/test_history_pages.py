@@ -74,17 +74,28 @@ def test_demo_and_first_nights_are_not_judged():
     assert regressions.detect_for_sweep(first.pk).skipped == "first night of its series"
 
 
-def test_last_run_of_a_sweep_queues_detection(django_capture_on_commit_callbacks):
+def test_last_run_of_a_sweep_queues_detection_and_the_lossless_check(django_capture_on_commit_callbacks,
+                                                                      monkeypatch):
+    sent = []
+    monkeypatch.setattr(regressions.dispatch, "enqueue_detection", lambda sid, q: sent.append(("detect", sid, q)))
+    monkeypatch.setattr(regressions.dispatch, "enqueue_lossless", lambda sid, q: sent.append(("lossless", sid, q)))
     sw = make_sweep(name="nightly")
     a, b = make_run(sw, "auto"), make_run(sw, "draft_model", 4)
     finish_run(a)
-    with django_capture_on_commit_callbacks() as callbacks:
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
         assert regressions.runs_finished([a.pk]) == []  # b is still queued
-    assert callbacks == []
+    assert callbacks == [] and sent == []
     finish_run(b)
-    with django_capture_on_commit_callbacks() as callbacks:
+    with django_capture_on_commit_callbacks(execute=True):
         assert regressions.runs_finished([b.pk]) == [sw.pk]
-    assert len(callbacks) == 1
+    queue = sw.host.queue
+    assert sorted(sent) == [("detect", sw.pk, queue), ("lossless", sw.pk, queue)]
+    sent.clear()
+    demo = make_sweep(name="demo", is_demo=True)  # a demo sweep is checked for losslessness, never for regressions
+    run = finish_run(make_run(demo))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert regressions.runs_finished([run.pk]) == []
+    assert sent == [("lossless", demo.pk, demo.host.queue)]
 
 
 def test_detection_not_queued_when_the_broker_is_down(monkeypatch, caplog):

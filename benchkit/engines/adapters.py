@@ -48,6 +48,7 @@ from benchkit.engines.environment import (
 from benchkit.engines.flags import EngineConfigError, load_flags, merge_block
 from benchkit.measure import counters
 from benchkit.measure.counters import MetricsPage, SpecCounters
+from benchkit.measure.loadclient import ClientOptions
 from benchkit.methods import MethodChoice, MethodError, check_method
 from benchkit.specs import GpuRef, ServerConfig
 
@@ -231,6 +232,21 @@ class EngineAdapter:
         default): an acceptance-controlled twin of a speculative run. None: the engine cannot
         force acceptance, so there is no twin (the default)."""
         return None
+
+    def client_options(self) -> ClientOptions:
+        """What the load client asks this engine's servers for, read off its capabilities (the one
+        mapping; the runner records the answer with the run, `RunOutcome.client_options`):
+
+        - `return_token_ids` when the engine declares `token_ids` (a): the output's ids are kept
+          for the lossless check (issue 18) and each message's tokens are counted exactly;
+        - `continuous_usage` when the engine declares it (d), and also when it declares nothing
+          about it (an external server: a server that does not know the option ignores it, and
+          the client then counts from the ids or the text, flagged); never refused by a server;
+        - `spec_tokens_details` off: no engine carries per-request figures on /v1/completions on
+          request (vLLM's need a server flag, SGLang's are on its native /generate only);
+        - outputs kept (the digest of `benchkit.measure.outputs`), the first FULL_REQUESTS in full.
+        """
+        return ClientOptions(continuous_usage=True, return_token_ids=self.token_ids is not None)
 
     @staticmethod
     def check_tau(tau: float, k: int | None) -> None:

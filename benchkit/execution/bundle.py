@@ -21,10 +21,14 @@ is never ingested. Reading (`open_bundle`, `open_bundle_tar`) validates every fi
 (unknown keys forbidden, no coercion, metric bounds from the metric schema, request logs and
 telemetry that decode) and raises BundleError naming the file and the field.
 
-Versions: 2 (this code) made the run file the RunOutcome model, which added the GPU telemetry
-stream, efficiency figures and GPU verdicts that version 1 lacked. Version 1 bundles (written by
-an offline host not yet upgraded) stay readable: their run files are read as version 2 with
-their four renamed keys mapped (`upgrade_v1_run`) and no GPU data.
+Versions: 2 made the run file the RunOutcome model, which added the GPU telemetry stream,
+efficiency figures and GPU verdicts that version 1 lacked; 3 (this code) added the run's output
+digests (`outputs`, the lossless check's input) and the load client's options
+(`client_options`). Older bundles (written by an offline host not yet upgraded) stay readable:
+a version 2 run file is a version 3 one without those two keys (no outputs: its spec runs are
+"not checked: outputs not kept"); a version 1 run file is read with its four renamed keys mapped
+(`upgrade_v1_run`) and no GPU data. A dashboard older than the bundle refuses it by its version,
+never half-reads it.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ from benchkit.execution.outcome import RunOutcome, first_error
 from benchkit.hosts import HOST_NAME_PATTERN
 from benchkit.specs import RunSpec
 
-#: The bundle layout this code writes; it also reads version 1 (see the module docstring).
-BUNDLE_FORMAT_VERSION = 2
+#: The bundle layout this code writes; it also reads versions 1 and 2 (see the module docstring).
+BUNDLE_FORMAT_VERSION = 3
 BUNDLE_FORMAT = "draftboard-bundle"
 MANIFEST = "manifest.json"
 #: Most bytes one bundle file may have when read (a run's request logs are zlib-compressed).
@@ -93,7 +97,7 @@ class BundleManifest(_Strict):
     finished runs."""
 
     format: Literal["draftboard-bundle"] = BUNDLE_FORMAT
-    format_version: Literal[1, 2] = BUNDLE_FORMAT_VERSION
+    format_version: Literal[1, 2, 3] = BUNDLE_FORMAT_VERSION
     bundle_id: UUID
     host: str = Field(pattern=HOST_NAME_PATTERN)
     created_at: datetime
@@ -121,7 +125,7 @@ class BundleRun(RunOutcome):
 
     model_config = ConfigDict(frozen=True, validate_assignment=False)
 
-    format_version: Literal[2] = BUNDLE_FORMAT_VERSION
+    format_version: Literal[2, 3] = BUNDLE_FORMAT_VERSION
     uuid: UUID
     bundle_id: UUID
     host: str

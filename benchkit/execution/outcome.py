@@ -14,6 +14,8 @@ fields in the encodings the database keeps:
   benchkit.measure.logs.encode_logs, "n_requests", "n_warmup"} or null;
 - `telemetry`: {"encoding": "draftboard-telemetry-v1", "data_b64": base64 of
   benchkit.measure.gpu_samples.encode_telemetry, "hz", "n_ticks", "n_gpus"} or null;
+- `outputs`: {"encoding": "draftboard-outputs-v1", "data_b64": base64 of
+  benchkit.measure.outputs.encode_outputs, "n_requests"} or null;
 - `metrics`: {WindowMetrics field: value}, each within the metric schema's bounds
   (benchkit.formats.common.metrics_model), or null.
 
@@ -49,6 +51,7 @@ from benchkit.measure.gpu_samples import TelemetryStream, decode_telemetry, enco
 from benchkit.measure.gpu_validity import GpuWindowCheck
 from benchkit.measure.logs import RequestLog, decode_logs, encode_logs
 from benchkit.measure.metrics import WindowMetrics
+from benchkit.measure.outputs import RunOutputs, decode_outputs, encode_outputs
 
 
 class _Strict(BaseModel):
@@ -99,7 +102,43 @@ class LogsPart(_Strict):
         return logs
 
 
-def _decoded(part: type[LogsPart] | type[TelemetryPart], value: Any) -> Any:
+# -- the output digests (the lossless check) -------------------------------------------------------
+
+class OutputsPart(_Strict):
+    """Every measured request's output digest in a JSON file: `data_b64` is base64 of
+    benchkit.measure.outputs.encode_outputs (the encoding RunOutputsBlob stores), with the number
+    of requests it holds."""
+
+    encoding: Literal["draftboard-outputs-v1"] = "draftboard-outputs-v1"
+    data_b64: str
+    n_requests: int = Field(ge=0)
+
+    @classmethod
+    def of(cls, outputs: RunOutputs) -> OutputsPart:
+        """The part of `outputs`."""
+        return cls(data_b64=base64.b64encode(encode_outputs(outputs)).decode(), n_requests=len(outputs))
+
+    def decode(self) -> RunOutputs:
+        """The digests; ValueError when the data does not decode (decode_outputs) or holds another
+        number of requests than `n_requests`."""
+        outputs = decode_outputs(_b64(self.data_b64))
+        if len(outputs) != self.n_requests:
+            raise ValueError(f"holds {len(outputs)} requests, n_requests says {self.n_requests}")
+        return outputs
+
+
+def _outputs_in(value: Any) -> RunOutputs | None:
+    """RunOutputs as they are (the runner), or an OutputsPart's JSON form decoded (a file)."""
+    if value is None or isinstance(value, RunOutputs):
+        return value
+    return _decoded(OutputsPart, value)
+
+
+def _outputs_out(outputs: RunOutputs | None) -> dict[str, Any] | None:
+    return None if outputs is None else OutputsPart.of(outputs).model_dump()
+
+
+def _decoded(part: type[LogsPart] | type[TelemetryPart] | type[OutputsPart], value: Any) -> Any:
     """The decoded data of an encoded part's JSON form (ValueError naming the problem)."""
     if not isinstance(value, dict):
         raise ValueError(f"expected the decoded data or a {part.__name__} object")
@@ -195,6 +234,7 @@ def _clipped(name: str, keep_end: bool = False) -> Any:
 
 _Logs = Annotated[Any, PlainValidator(_logs_in), PlainSerializer(_logs_out, when_used="json")]
 _Telemetry = Annotated[Any, PlainValidator(_telemetry_in), PlainSerializer(_telemetry_out, when_used="json")]
+_Outputs = Annotated[Any, PlainValidator(_outputs_in), PlainSerializer(_outputs_out, when_used="json")]
 _Metrics = Annotated[OutcomeMetrics | None, BeforeValidator(_metrics_in),  # type: ignore[valid-type]
                     AfterValidator(_metrics_of), PlainSerializer(lambda m: None if m is None else m.to_dict())]
 _Efficiency = Annotated[dict[str, Any] | None, _shaped(TypeAdapter(EfficiencyFigures), drop=("tokens_counted",))]
@@ -231,7 +271,13 @@ class RunOutcome(BaseModel):
     reading per GPU UUID (MiB, the baseline of `gpu_unexplained_memory`); `efficiency`
     (EfficiencyFigures.to_dict(), price None: cost is priced when read; its run-level figures
     are in `metrics`, group `efficiency`) and `gpu_check` (GpuWindowCheck.to_dict(), None
-    without a stream), set for runs whose window ended. `source_tool`, `definitions`, `extra`:
+    without a stream), set for runs whose window ended. `outputs`: every measured request's
+    output digest (benchkit.measure.outputs.RunOutputs: token ids or text, hashed, the first
+    prompts in full; the lossless check's input), None when not kept (an import, or a run whose
+    window never ran); `client_options`: what the load client asked of the server
+    (`dataclasses.asdict` of benchkit.measure.loadclient.ClientOptions, chosen from the engine's
+    capabilities by EngineAdapter.client_options; {} when no load was sent). `source_tool`,
+    `definitions`, `extra`:
     who computed the figures and how, and a source file's keys without a column (imports;
     `draftboard` for a measured run).
     """
@@ -263,6 +309,8 @@ class RunOutcome(BaseModel):
     telemetry: _Telemetry = None
     telemetry_note: str = ""
     idle_used_mib: dict[str, int] = Field(default_factory=dict)
+    outputs: _Outputs = None
+    client_options: dict[str, Any] = Field(default_factory=dict)
     efficiency: _Efficiency = None
     gpu_check: _GpuCheck = None
     source_tool: _clipped("source_tool") = TOOL_DRAFTBOARD  # type: ignore[valid-type]

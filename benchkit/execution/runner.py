@@ -7,7 +7,9 @@ process and the device nodes, idle GPUs, free ports) -> start the server in its 
 group (argv list, through the build's interpreter or launcher, benchkit.engines.environment;
 an external endpoint is only checked) -> wait for readiness with a timeout -> for each run:
 GPU telemetry sampler started (benchkit.hosts.telemetry, a child process; runs with GPUs only) ->
-warmup -> read the Prometheus counters -> measured window -> sampler stopped -> read the counters
+warmup -> read the Prometheus counters -> measured window (the load client asks the server for
+what the engine's capabilities allow, EngineAdapter.client_options, recorded with the run; each
+request's output digest is kept for the lossless check) -> sampler stopped -> read the counters
 again -> then
 stop what the launch started (a container through its runtime, then the whole process group)
 and check the GPUs are free -> compute metrics, GPU efficiency figures and validity per run
@@ -392,14 +394,15 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
         readings["before"] = adapter.scrape_counters(metrics_url)
         hooks.state("measuring")
 
+    options = adapter.client_options()  # what the engine's capabilities allow (token ids, usage per message)
+    out.client_options = dataclasses.asdict(options)
     try:
         result = loadgen.run_load_sync(
             base_url, s.served_model_name or s.model, w,
             request_timeout_s=spec.limits.request_timeout_s,
             progress=hooks.progress,
             on_window_start=on_window_start,
-            # today's behaviour until the engine registry says per build what the server supports
-            options=loadgen.ClientOptions(continuous_usage=True),
+            options=options,
         )
     except (httpx.HTTPError, workloads.WorkloadError) as exc:  # building prompts needs the server's tokenizer
         _end_telemetry(sampler, out)
@@ -416,6 +419,7 @@ def _measure(spec: RunSpec, hooks: RunHooks, out: RunOutcome, readings: dict[str
     _end_telemetry(sampler, out)
     out.logs = result.logs
     out.window_start_ns, out.window_end_ns = result.window_start_ns, result.window_end_ns
+    out.outputs = result.outputs
     if result.client is not None:
         out.client_headroom = dataclasses.asdict(result.client)
     if server is not None and not server.alive():

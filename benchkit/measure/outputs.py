@@ -17,7 +17,8 @@ same prompt. Size: 33 bytes per request plus 4 per block, i.e. about 160 bytes f
 2 000-token output; a 10 000-request x 2 000-token run keeps about 1.6 MB of hashes plus 256 KB
 of full ids for 32 requests (`encoded_size_estimate`).
 
-`compare_outputs(a, b)` answers per prompt index present in both: identical, or the first
+`compare_outputs(a, b, by=)` answers per prompt present in both (paired by prompt index, or by
+prompt hash for runs whose warmup differs): identical, or the first
 position (tokens or characters) where they differ: exact where both runs kept that prompt's
 whole output, else to the block (the first differing block's first position; the divergence lies
 in [position, position + block)). A prompt sent with different text, or compared across units
@@ -212,13 +213,36 @@ def _first_diff(a: Sequence, b: Sequence) -> int:
     return n
 
 
-def compare_outputs(run_a: RunOutputs, run_b: RunOutputs) -> list[OutputMatch]:
-    """Per prompt index present in both runs (ascending), an OutputMatch (module docstring).
-    Pure. Runs with different block sizes compare exactly where both kept full outputs and are
-    otherwise not comparable per prompt (say so in `reason`)."""
+def _by_prompt(run: RunOutputs) -> dict[tuple[int, int], OutputRecord]:
+    """{(prompt hash, occurrence): record}: the n-th request of one prompt text (in index order)."""
+    seen: dict[int, int] = {}
+    out = {}
+    for idx in sorted(run.records):
+        r = run.records[idx]
+        n = seen[r.prompt] = seen.get(r.prompt, -1) + 1
+        out[(r.prompt, n)] = r
+    return out
+
+
+def compare_outputs(run_a: RunOutputs, run_b: RunOutputs, by: str = "index") -> list[OutputMatch]:
+    """An OutputMatch (module docstring) per prompt present in both runs, in run a's index order
+    (`OutputMatch.index` is run a's). `by`: "index" pairs requests by prompt index (runs that sent
+    the same prompt list with the same warmup); "prompt" pairs them by prompt hash (the n-th
+    request of a prompt text in one run with the n-th in the other), so runs whose warmup or
+    prompt count differ (another concurrency: at least as many warmup requests as the
+    concurrency) compare on the prompts they share. Pure. Runs with different block sizes compare
+    exactly where both kept full outputs and are otherwise not comparable per prompt (say so in
+    `reason`). Raises ValueError for another `by`."""
+    if by == "index":
+        pairs = [(run_a.records[i], run_b.records[i]) for i in sorted(set(run_a.records) & set(run_b.records))]
+    elif by == "prompt":
+        ka, kb = _by_prompt(run_a), _by_prompt(run_b)
+        pairs = sorted(((ka[k], kb[k]) for k in set(ka) & set(kb)), key=lambda ab: ab[0].index)
+    else:
+        raise ValueError(f"compare_outputs: by must be 'index' or 'prompt', got {by!r}")
     out = []
-    for idx in sorted(set(run_a.records) & set(run_b.records)):
-        a, b = run_a.records[idx], run_b.records[idx]
+    for a, b in pairs:
+        idx = a.index
         if a.prompt != b.prompt:
             out.append(OutputMatch(idx, "not_comparable", reason="the two runs sent different prompt text"))
             continue

@@ -34,6 +34,10 @@ EXECUTE_RUNS_TASK = "runs.execute_runs"
 DETECT_REGRESSIONS_TASK = "runs.detect_regressions"
 #: Regression detection reads a few nights of one series: bounded well below this (seconds).
 DETECT_TIME_LIMIT_S = 300
+#: The registered name of runs.tasks.check_lossless_task.
+CHECK_LOSSLESS_TASK = "runs.check_lossless"
+#: The lossless check decodes the output digests of one sweep's runs, a floor at a time (seconds).
+LOSSLESS_TIME_LIMIT_S = 600
 #: The registered name of runs.tasks.supervise_host_task.
 SUPERVISE_TASK = "runs.supervise_host"
 
@@ -112,3 +116,11 @@ def enqueue_detection(sweep_id: int, queue: str) -> None:
     not answer raises at once (kombu's OperationalError or OSError)."""
     current_app.send_task(DETECT_REGRESSIONS_TASK, args=[sweep_id], queue=queue, retry=False,
                           soft_time_limit=DETECT_TIME_LIMIT_S, time_limit=DETECT_TIME_LIMIT_S + 60)
+
+
+def enqueue_lossless(sweep_id: int, queue: str) -> None:
+    """Send the lossless-check task for sweep `sweep_id` to `queue` (the host's queue, whose worker
+    just finished the sweep's last run). Publishing is not retried: a broker that does not answer
+    raises at once (kombu's OperationalError or OSError)."""
+    current_app.send_task(CHECK_LOSSLESS_TASK, args=[sweep_id], queue=queue, retry=False,
+                          soft_time_limit=LOSSLESS_TIME_LIMIT_S, time_limit=LOSSLESS_TIME_LIMIT_S + 60)

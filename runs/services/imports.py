@@ -44,6 +44,7 @@ from benchkit.formats.reader import ResultFile as ReadFile
 from benchkit.formats.reader import read_result_file
 from benchkit.methods import METHODS, MethodChoice, MethodError, check_method, parse_method_token
 from runs.models import Host, ResultFile, Run, Sweep
+from runs.services import lossless
 from runs.services.hosts import host_name
 from runs.services.outcomes import store_outcome
 from runs.services.transitions import IMPORTED
@@ -252,6 +253,8 @@ def _store(parsed: list[_Parsed], host: Host | str | None, sweep_name: str, sour
                                                source_tool=p.file.runs[0].source_tool)
             reports.append(FileReport(str(p.file.path), "imported", _create_runs(p, sweep, host, record), sweep.pk,
                                       tool=p.file.tool))
+        if sweep is not None:  # imported files keep no outputs: "not checked: imported file" (reads no blob)
+            lossless.check_sweep(sweep.pk)
     return ImportReport(sweep, reports + others)
 
 

@@ -18,6 +18,8 @@ Rules:
 - One transaction per run (the host row locked, so two ingests of one host take turns).
 - Idempotent on the run UUID (`Run.run_uuid`, unique): a run ingested before is reported
   `existing` and nothing changes.
+- Once the runs are stored, the sweep's lossless check is computed (runs.services.lossless; a
+  failure there is logged and never undoes the ingest).
 - A token (HTTP) must be active and belong to the bundle's host; `expect_host` (command line)
   must be the bundle's host. Otherwise IngestRefused and nothing is stored.
 """
@@ -34,6 +36,7 @@ from django.utils import timezone
 from benchkit.execution.bundle import Bundle, BundleError, BundleRun, ManifestRun
 from benchkit.hosts.inventory import HostInventory
 from runs.models import HardwareSnapshot, Host, HostToken, Run, Sweep
+from runs.services import lossless
 from runs.services.hosts import get_or_create_host, record_inventory
 from runs.services.outcomes import store_outcome
 from runs.services.sweeps import run_fields
@@ -190,4 +193,6 @@ def ingest_bundle(bundle: Bundle, *, token: HostToken | None = None, expect_host
             report.runs.append(RunIngest(str(run.uuid), entry.file, "existing", before, "ingested before"))
     report.sweep_id = Sweep.objects.filter(source=f"bundle:{m.bundle_id}", host=host).values_list(
         "pk", flat=True).first()
+    if report.sweep_id is not None and report.of("stored"):
+        lossless.check_sweep_logged(report.sweep_id)
     return report

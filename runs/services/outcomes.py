@@ -3,8 +3,9 @@
 A worker's run (runs.services.execution), an offline bundle's run (runs.services.ingest) and a
 run of another tool's result file (runs.services.imports) all reach the database as a
 benchkit.execution.outcome.RunOutcome through `store_outcome`: its final state (a move of
-runs.services.transitions), the run's server details, its raw request logs (RequestLogBlob), its
-GPU telemetry stream (GpuTelemetryBlob), its figures (runs.services.metrics_store) and the
+runs.services.transitions), the run's server details and load-client options, its raw request
+logs (RequestLogBlob), its output digests (RunOutputsBlob, the lossless check's input), its GPU
+telemetry stream (GpuTelemetryBlob), its figures (runs.services.metrics_store) and the
 host's quarantine when the teardown left processes behind, in one transaction.
 """
 
@@ -15,7 +16,8 @@ from django.db import transaction
 from benchkit.execution.outcome import RunOutcome
 from benchkit.measure.gpu_samples import encode_telemetry
 from benchkit.measure.logs import encode_logs
-from runs.models import GpuTelemetryBlob, RequestLogBlob, Run, RunState
+from benchkit.measure.outputs import encode_outputs
+from runs.models import GpuTelemetryBlob, RequestLogBlob, Run, RunOutputsBlob, RunState
 from runs.services import hosts
 from runs.services.metrics_store import store_metrics
 from runs.services.transitions import create, transition
@@ -32,9 +34,10 @@ def store_outcome(run: Run, outcome: RunOutcome, *, origin: str | None = None, n
     (transitions.create). `note` goes to the move's history row.
 
     Stored: the server details (port, argv, environment, log tail, engine version and commit,
-    provenance), the suspect marks, the raw request logs and the GPU telemetry stream (also for a
-    failed run: audit), and the figures (RunMetrics, with the efficiency figures, GPU verdicts,
-    client headroom and the figures' source beside them). A failed run keeps no figures when it
+    provenance), the load client's options, the suspect marks, the raw request logs, the output
+    digests and the GPU telemetry stream (also for a failed run: audit), and the figures
+    (RunMetrics, with the efficiency figures, GPU verdicts, client headroom and the figures'
+    source beside them). A failed run keeps no figures when it
     has request logs (a measured window that does not count: MEASUREMENT.md "When a run does not
     count"; its logs stay for audit and recompute); a failed run without logs (an imported
     file's, e.g. `all_requests_failed`) keeps the figures the file gives, its only record.
@@ -46,7 +49,7 @@ def store_outcome(run: Run, outcome: RunOutcome, *, origin: str | None = None, n
         server_shared=outcome.server_shared, server_port=outcome.port, argv=outcome.argv, server_env=outcome.env,
         server_log_tail=outcome.server_log_tail, engine_version=outcome.engine_version,
         engine_commit=outcome.engine_commit, provenance=outcome.provenance, suspect=bool(outcome.suspect_reasons),
-        suspect_reasons=outcome.suspect_reasons,
+        suspect_reasons=outcome.suspect_reasons, client_options=outcome.client_options,
     )
     if not outcome.ok:
         fields.update(failure_reason=outcome.reason, failure_message=outcome.message)
@@ -61,6 +64,13 @@ def store_outcome(run: Run, outcome: RunOutcome, *, origin: str | None = None, n
                 data=encode_logs(outcome.logs), n_requests=len(outcome.logs),
                 n_warmup=sum(1 for r in outcome.logs if r.warmup), window_start_ns=outcome.window_start_ns,
                 window_end_ns=outcome.window_end_ns))
+        if outcome.outputs is not None:
+            recs = outcome.outputs.records.values()
+            kinds = {r.kind for r in recs if r.kind != "none"}
+            RunOutputsBlob.objects.update_or_create(run=run, defaults=dict(
+                data=encode_outputs(outcome.outputs), n_requests=len(outcome.outputs),
+                n_full=sum(1 for r in recs if r.full is not None),
+                kind=kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "none")))
         if outcome.telemetry is not None:
             GpuTelemetryBlob.objects.update_or_create(run=run, defaults=dict(
                 data=encode_telemetry(outcome.telemetry), hz=outcome.telemetry.hz,

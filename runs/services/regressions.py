@@ -20,7 +20,7 @@ from django.utils import timezone
 from benchkit.compare.regressions import RegressionRule, detect_regressions
 from runs import selectors
 from runs.models import ACTIVE_STATES, RegressionFlag, Run, RunState, Sweep
-from runs.services import dispatch
+from runs.services import dispatch, lossless
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +113,19 @@ def acknowledge(flag_ids: list[int], username: str, reason: str) -> int:
 
 def runs_finished(run_ids: list[int]) -> list[int]:
     """Called once after runs `run_ids` reached a final state: for each of their sweeps that has
-    no queued or active run left (its last run just finished), queue the detection task on the
-    host's queue after the transaction commits. Never raises: a broker that does not answer
-    is logged (run `manage.py detect_regressions --sweep ID` later); the runs are stored
-    already. Returns the sweep ids sent."""
-    sweeps = list(Sweep.objects.filter(runs__pk__in=run_ids, is_demo=False).distinct()
-                  .select_related("host").only("id", "host__name"))
+    no queued or active run left (its last run just finished), queue on the host's queue, after
+    the transaction commits, the lossless check (runs.services.lossless, every sweep, demo ones
+    too) and the regression detection (not for demo sweeps). Never raises: a broker that does
+    not answer is logged (run `manage.py check_lossless --sweep ID` / `detect_regressions
+    --sweep ID` later); the runs are stored already. Returns the sweep ids sent for detection."""
+    sweeps = list(Sweep.objects.filter(runs__pk__in=run_ids).distinct()
+                  .select_related("host").only("id", "is_demo", "host__name"))
     done = [s for s in sweeps if not Run.objects.filter(sweep_id=s.pk, state__in=_UNFINISHED).exists()]
     for s in done:
-        transaction.on_commit(lambda s=s: _send(s.pk, s.host.queue))
-    return [s.pk for s in done]
+        transaction.on_commit(lambda s=s: lossless.send_check(s.pk, s.host.queue))
+        if not s.is_demo:
+            transaction.on_commit(lambda s=s: _send(s.pk, s.host.queue))
+    return [s.pk for s in done if not s.is_demo]
 
 
 def _send(sweep_id: int, queue: str) -> None:
