@@ -71,6 +71,7 @@ from _common import (  # noqa: E402
     vllm_available,
     vllm_errors,
 )
+from peers import PEERS_DIR, python_client_ready, run_sglang_client, rust_extension, sglang_errors  # noqa: E402
 
 from benchkit.measure.loadclient import ClientOptions  # noqa: E402
 from benchkit.measure.loadgen import run_load_sync  # noqa: E402
@@ -133,8 +134,8 @@ def run_draftboard(url: str, fleet: SyntheticFleet, n_proc: int, rate: float, ta
     fleet.collect()  # drop anything left over
     cpu0, t0 = fleet.cpu_s(), time.monotonic()
     # as against vLLM: token ids per message, no usage on every message
-    opts = ClientOptions(return_token_ids=True, continuous_usage=args.continuous_usage, kernel_stamps=kernel_stamps,
-                         keep_outputs=False)
+    opts = ClientOptions(return_token_ids=not args.no_token_ids, continuous_usage=args.continuous_usage,
+                         kernel_stamps=kernel_stamps, keep_outputs=False)
     res = run_load_sync(url, MODEL, wl, prompts=prompts, processes=n_proc, request_timeout_s=120,
                         extra_body={"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms}, options=opts)
     server_share = (fleet.cpu_s() - cpu0) / max(time.monotonic() - t0, 1e-9) / len(fleet.cores)
@@ -169,6 +170,26 @@ def run_vllm(url: str, fleet: SyntheticFleet, rate: float, tag: str, args: argpa
                      args, server_share, {"cpu_share": None, "lag_p99": None})
 
 
+def run_sglang(kind: str, url: str, fleet: SyntheticFleet, rate: float, tag: str, args: argparse.Namespace,
+               work: Path, worker_threads: int | None = None) -> dict:
+    """One level of SGLang's `rust` or `python` bench client (benchmarks/peers.py), same prompts,
+    streams, output length and gaps as draftboard's level; errors matched through the echo key."""
+    wl, gap_ms = level_workload(args, rate)
+    prompts = make_prompts(tag, 0, wl.num_prompts, args.input_len, args.output_len)
+    fleet.collect()
+    cpu0, t0 = fleet.cpu_s(), time.monotonic()
+    res = run_sglang_client(kind, url, MODEL, PEERS_DIR / "tokenizer", prompts, args.output_len, args.concurrency,
+                            1, {"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms}, work, tag, 600,
+                            worker_threads=worker_threads)
+    server_share = (fleet.cpu_s() - cpu0) / max(time.monotonic() - t0, 1e-9) / len(fleet.cores)
+    records = fleet.collect()
+    measured = {p.text for p in prompts}
+    records = {k: v for k, v in records.items() if k in measured}
+    return summarize(rate, gap_ms, res.get("output_throughput") or 0.0, res.get("completed") or 0,
+                     len(prompts) - (res.get("completed") or 0), sglang_errors(res, records),
+                     {k: v[-1:] for k, v in records.items()}, args, server_share, {"cpu_share": None, "lag_p99": None})
+
+
 LEVEL_HEADERS = ["configured tok/s", "gap ms", "streamed tok/s", "achieved tok/s", "err p50 ms", "err p99 ms",
                  "late p99 ms", "TTFT err p99", "client CPU", "loop lag p99", "server late p99", "server CPU",
                  "verdict"]
@@ -201,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read-stamps", default="",
                     help="also run draftboard with these process counts (comma list) stamping each read when "
                          "Python reads it instead of with the kernel's receive time (the client before issue 22)")
+    ap.add_argument("--sglang", default="auto",
+                    help="SGLang peer clients: comma list of rust, rust1 (one worker thread), python; 'auto' = "
+                         "those fetched into .peers/ (benchmarks/peers.py fetch); 'skip' = none")
+    ap.add_argument("--no-token-ids", action="store_true",
+                    help="draftboard does not ask for token ids per message (counts tokens from the text, as "
+                         "SGLang's clients do): less work per message for the server")
     ap.add_argument("--continuous-usage", action="store_true",
                     help="ask for usage on every message (stream_options.continuous_usage_stats)")
     args = ap.parse_args(argv)
@@ -213,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, set(client_cores))  # client workers and vllm bench serve inherit this
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="draftboard-capacity-"))
     work.mkdir(parents=True, exist_ok=True)
-    clients: list[tuple[str, int | None]] = [(f"draftboard x{p}", p) for p in procs]
+    clients: list[tuple[str, int | str | None]] = [(f"draftboard x{p}", p) for p in procs]
     read_procs = [int(x) for x in args.read_stamps.split(",") if x.strip()]
     clients += [(f"draftboard x{p} read-stamps", p) for p in read_procs]
     tokenizer = None
@@ -225,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
             clients.append(("vllm bench serve", None))
         else:
             print("vllm bench serve: skipped (vLLM is not installed here)")
+    want = {"auto": ("rust", "rust1", "python"), "skip": ()}.get(args.sglang, tuple(args.sglang.split(",")))
+    for kind in want:
+        if kind in ("rust", "rust1") and rust_extension() is None:
+            print(f"sglang {kind}: skipped (no Rust bench extension for this Python under {PEERS_DIR})")
+        elif kind == "python" and not python_client_ready():
+            print("sglang python: skipped (its files or its imports are missing here)")
+        else:
+            clients.append((f"sglang {kind}", kind))
     print(f"{len(cores)} cores: synthetic server x{n_server} on {server_cores}, clients on {client_cores}")
     print(f"per level: concurrency {args.concurrency}, {args.output_len} tokens per request (1 per message), "
           f"about {args.seconds:g} s measured, TTFT {args.ttft_ms:g} ms; pass = no failure and "
@@ -250,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
                     tag = f"c{ci}l{level}"
                     t1 = time.monotonic()
                     try:
-                        if n_proc is None:
+                        if isinstance(n_proc, str):
+                            row = run_sglang("python" if n_proc == "python" else "rust", url, fleet, rate, tag,
+                                             args, work, worker_threads=1 if n_proc == "rust1" else None)
+                        elif n_proc is None:
                             row = run_vllm(url, fleet, rate, tag, args, tokenizer, work)
                         else:
                             row = run_draftboard(url, fleet, n_proc, rate, tag, args,

@@ -298,6 +298,10 @@ class SyntheticServer:
         hist = [0] * (cfg.spec_k + 1)
         ttft_ms = float(body.get("synthetic_ttft_ms", cfg.ttft_ms))
         gap_ms = float(body.get("synthetic_gap_ms", cfg.gap_ms))
+        # `synthetic_echo_key: true`: the first message's text starts with "[8 hex digits]", the
+        # blake2b-32 of the prompt text, so that a client whose results list no prompts (SGLang's
+        # Rust bench client) can be matched to this server's ground truth by its generated text
+        echo_key = bool(body.get("synthetic_echo_key"))
         stamps = array("q")
         if cfg.record_sends:
             self.sends.setdefault(key_text, []).append((arrival_ns, stamps))
@@ -340,6 +344,8 @@ class SyntheticServer:
             reasoning = chat and sent < cfg.reasoning_tokens
             text = "".join(letters[(sent + i) % 26] if diverge_at is None or sent + i < diverge_at
                            else letters[(sent + i) % 26].upper() for i in range(k))
+            if echo_key and j == 0:  # a peer client that reports no prompt: name the request in its text
+                text = f"[{hashlib.blake2b(key_text.encode(), digest_size=4).hexdigest()}]" + text
             sent += k
             finish = ("stop" if mode == "early_eos" else "length") if sent == n_out and mode != "truncate" else None
             data = _sse(chunk(text, reasoning, sent, finish))
