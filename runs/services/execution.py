@@ -11,12 +11,14 @@ heartbeat, and the server's process group and tag are recorded as soon as it sta
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import connection
 
 from benchkit.execution.outcome import RunOutcome
 from benchkit.execution.runner import execute_runs
@@ -38,11 +40,13 @@ class _DjangoHooks:
     def __init__(self, run: Run) -> None:
         self.run = run
         self._last_progress = 0.0
+        self._thread = threading.get_ident()
 
     def state(self, name: str, note: str = "") -> None:
         """Move the run to benchkit's phase `name` (preflight, starting, warming, measuring, stopping)."""
         if self.run.state != name:
             transition(self.run, name, note=note)
+            self._close_foreign()
 
     def progress(self, done: int, total: int) -> None:
         """Record `done` of `total` measured requests, at most once per PROGRESS_MIN_INTERVAL_S."""
@@ -51,6 +55,15 @@ class _DjangoHooks:
             return
         self._last_progress = now
         Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
+        self._close_foreign()
+
+    def _close_foreign(self) -> None:
+        """Close this thread's DB connection when it is not the thread that made the hooks: the
+        load client reports from its own threads, Django's connections are per thread, and no
+        request cycle ever closes a worker thread's (PostgreSQL kept one idle connection per
+        finished client thread, and test teardown could not drop the database)."""
+        if threading.get_ident() != self._thread:
+            connection.close()
 
     def server_started(self, pgid: int, tag: str) -> None:
         """Record the run's managed server (process group `pgid`, tag `tag`) for the reaper."""
