@@ -81,6 +81,12 @@ def workload_text(value: Any, unit: str = "") -> str:
     return figure_text(value, unit, unknown=NOT_IN_FILE)
 
 
+def stated_text(value: Any, unit: str, what: str) -> str:
+    """A workload value in a sentence: "128 output tokens", or "output length not in the file"
+    (`what` names the value, since no number carries the unit)."""
+    return figure_text(value, unit, unknown=f"{what} {NOT_IN_FILE}")
+
+
 def lengths_text(input_len: Any, output_len: Any) -> str:
     """ "in/out" of a point ("128/256"), an unknown side written "?" (the page's legend: "?" =
     not in the file); both unknown: NOT_IN_FILE."""

@@ -242,6 +242,10 @@ def test_imported_folders_show_no_none_nan_or_orphan_unit(client, tmp_path):
     assert "vs auto, output length not in the file" in sweep_page
     home = visible_text(client.get(reverse("analysis:home")).content.decode())
     assert "output length not in the file" in home
+    data = client.get(reverse("analysis:sweep_data", args=[new.pk])).json()
+    captions = [text for _, text in _strings(data["figures"])]
+    assert any("output length not in the file" in t for t in captions)
+    assert not any("not in the file output tokens" in t for t in captions)
     compare = visible_text(client.get(reverse("analysis:compare") + f"?old={old.pk}&new={new.pk}").content.decode())
     assert "not in the file" in compare
     run = new.runs.filter(metrics__max_output_tokens_per_s__isnull=True).first() or new.runs.first()
