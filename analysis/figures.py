@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.display import stated_text, workload_text
 from benchkit.compare.lossless import MARK, lossless_mark
 from benchkit.compare.speedups import Speedup, best_by, relative_step_costs
 from benchkit.compare.stats import median
@@ -103,8 +104,13 @@ def nulls_last(v: Any) -> tuple:
 
 
 def shown(v: Any) -> str:
-    """A workload value for display: 'not in the file' for None."""
-    return "not in the file" if v is None else str(v)
+    """A workload value for display: 'not in the file' for None (analysis.display)."""
+    return workload_text(v)
+
+
+def output_tokens(v: Any) -> str:
+    """ "128 output tokens", or "output length not in the file" (analysis.display)."""
+    return stated_text(v, "output tokens", "output length")
 
 
 def lowest(values: Iterable[Any]) -> Any:
@@ -290,7 +296,7 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
         layout[_axis(yref)].update(autorange="reversed", showticklabels=i % n_cols == 0, type="category")
         layout[_axis(xref)].update(side="top", type="category")
         annotations.append(_panel_title(f"concurrency {shown(conc)}"
-                                        + (f" · {shown(out_len)} output tokens" if several_len else ""),
+                                        + (f" · {output_tokens(out_len)}" if several_len else ""),
                                         xref, yref, layout, yshift=22))
     values = [sp.value for sp in with_number]
     # a fixed width: a cell stays about 170 px wide instead of stretching over the page
@@ -387,7 +393,7 @@ def decomposition_figure(points: list[Point]) -> dict[str, Any]:
         notes.append("no spec-decode counters in these runs: τ is the client's tokens per chunk only")
     if not any_ar:
         notes.append("no matched auto run: relative cost unknown")
-    subtitle = (f"concurrency {shown(conc)}, {shown(out_len)} output tokens"
+    subtitle = (f"concurrency {shown(conc)}, {output_tokens(out_len)}"
                 + _selection_note(points, "concurrency", conc, "concurrency"))
     if notes:
         subtitle += " — " + "; ".join(notes)
@@ -479,7 +485,7 @@ def tp_scaling_figure(points: list[Point], y: str = "output_tok_s") -> dict[str,
         annotations.append(_panel_title(f"concurrency {shown(conc)} ({kind})" if len(panels) > 1
                                         else f"concurrency {shown(conc)}",
                                         xref, yref, layout))
-    subtitle = f"{shown(out_len)} output tokens" + _selection_note(points, "output_len", out_len, "output length")
+    subtitle = f"{output_tokens(out_len)}" + _selection_note(points, "output_len", out_len, "output length")
     if len(panels) == 1:
         subtitle += "; one concurrency level only"
     if missing:
@@ -596,7 +602,7 @@ def tradeoff_figure(points: list[Point]) -> dict[str, Any]:
         layout[_axis(yref)].update(title={"text": "per-user tok/s (1000 / median TPOT)"} if i == 0 else {},
                                    rangemode="tozero")
         annotations.append(_panel_title(f"TP{tp}", xref, yref, layout))
-    subtitle = (f"{shown(out_len)} output tokens" + _selection_note(points, "output_len", out_len, "output length")
+    subtitle = (f"{output_tokens(out_len)}" + _selection_note(points, "output_len", out_len, "output length")
                 + "; ★ = on the Pareto frontier (no other point is faster on both axes)")
     return _figure(data, _layout(410, annotations=annotations, **layout), title, subtitle)
 

@@ -17,6 +17,8 @@ from django.template.defaultfilters import floatformat, slugify
 from django.urls import reverse
 
 from analysis import history_figures as hf
+from analysis.display import lengths_text, workload_text
+from analysis.figures import nulls_last
 from benchkit.compare import lossless
 from benchkit.compare.speedups import compute_speedups
 from benchkit.compare.stats import median
@@ -223,13 +225,13 @@ def build_trend(host, name: str, nights, points: list[Point], flags, snapshots: 
     """
     night_x = {n.pk: n.created_at.isoformat() for n in nights}
     tps = sorted({p.tp for p in points})
-    concs = sorted({p.concurrency for p in points})
+    concs = sorted({p.concurrency for p in points}, key=nulls_last)
     labels = sorted({p.label for p in points})
     colours = hf.colour_of(labels)
     several_lengths = len({(p.input_len, p.output_len) for p in points}) > 1
 
     def series_label(p: Point) -> str:
-        return f"{p.label} · {p.input_len}/{p.output_len}" if several_lengths else p.label
+        return f"{p.label} · {lengths_text(p.input_len, p.output_len)}" if several_lengths else p.label
 
     tok: dict[tuple, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for p in points:
@@ -320,7 +322,7 @@ def build_home(latest, counts: dict[int, dict[str, int]], points: list[Point], o
                   "night": f.sweep.created_at.isoformat(), "label": f.label, "tp": f.tp, "concurrency": f.concurrency,
                   "input_len": f.input_len, "output_len": f.output_len, "metric": f.metric, "value": f.value,
                   "baseline": f.baseline, "change_pct": f.change_pct, "rule": f.rule, "note": f.note,
-                  "name": f"{f.series} · {f.label} · TP{f.tp} · c{f.concurrency}"} for f in open_flags]
+                  "name": f"{f.series} · {f.label} · TP{f.tp} · c{workload_text(f.concurrency)}"} for f in open_flags]
     data = {"series": series, "open_flags": flag_rows,
             "figure": hf.flags_figure([{**r, "night": f"night #{r['sweep']}"} for r in flag_rows])
             if flag_rows else None}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.display import lengths_text, workload_text
 from benchkit.compare.sweepdiff import BETTER, SAME, WORSE, PointDiff
 from benchkit.point import SPEED_FIELD
 
@@ -84,8 +85,8 @@ def compare_figure(diffs: list[PointDiff], noise_pct: float, old_name: str, new_
                      "showlegend": verdict not in shown, "xaxis": _axis_name(col, "x"), "yaxis": _axis_name(col, "y"),
                      "x": [round(x.change_pct, 2) for x in c], "y": [d.label for d in ds],
                      "marker": {"color": VERDICT_COLOURS[verdict], "size": 10, "opacity": 0.85},
-                     "text": [f"{d.label} · TP{tp} · concurrency {d.point.concurrency} · "
-                              f"{d.point.input_len}/{d.point.output_len} tokens · runs "
+                     "text": [f"{d.label} · TP{tp} · concurrency {workload_text(d.point.concurrency)} · "
+                              f"{lengths_text(d.point.input_len, d.point.output_len)} tokens · runs "
                               f"{','.join(map(str, d.old_run_ids))} → {','.join(map(str, d.new_run_ids))}"
                               for d in ds],
                      "hovertemplate": "%{text}<br>output tok/s %{x:+.1f} %<extra>" + verdict + "</extra>"}
@@ -124,7 +125,7 @@ def trend_figure(title: str, yaxis: str, cells: dict[tuple[int, int], dict[str, 
     engine changes).
     """
     rows, cols = max(len(concurrencies), 1), max(len(tps), 1)
-    titles = [f"TP{tp} · concurrency {c}" for c in concurrencies for tp in tps]
+    titles = [f"TP{tp} · concurrency {workload_text(c)}" for c in concurrencies for tp in tps]
     layout = {**_base_layout(title, 170 + 250 * rows, top=110), **_grid(rows, cols, titles, vgap=0.16 / rows),
               "legend": {"orientation": "h", "y": -0.06 - 0.05 / rows}, "shapes": []}
     data: list[dict[str, Any]] = []

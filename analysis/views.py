@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, exports, figures, filters, history
+from analysis import dashboard, display, exports, figures, filters, history
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.hosts.topology import TopoMatrix
@@ -138,7 +138,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     m = getattr(run, "metrics", None)
     ctx = dashboard.build_run(run, run.sweep.name, gpu_series=selectors.gpu_series(run),
                               cost=selectors.cost_of(run, m) if m else (None, None))
-    ctx.update(run=run, transitions=list(run.transitions.all()))
+    ctx.update(run=run, transitions=list(run.transitions.all()),
+               # the title of an unknown figure's marker ({% figure %}, analysis.display)
+               unknown_why=display.WHY_NOT_IN_FILE if (run.spec or {}).get("imported") else display.WHY_NOT_MEASURED)
     return render(request, "analysis/run_detail.html", ctx)
 
 
