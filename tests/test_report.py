@@ -1,0 +1,159 @@
+"""Issue 23: the sweep report. Built from the users' grid (tests/usersgrid.py, stored through the
+real services), compiled by the real pdflatex, read back with pdftotext: the PDF says what the
+sweep page says (the same builders), its TeX escapes every value and fits the page."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.urls import reverse
+
+from analysis import report
+from runs.models import Run
+from tests.usersgrid import make_users_grid
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def grid():
+    return make_users_grid()
+
+
+def pdf_text(pdf: Path) -> str:
+    """The PDF's text as pdftotext reads it (layout kept: one table row per line)."""
+    return subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw, tex", [
+    ("b15 & 50% of $x_1 #2 {y} ~ ^ \\", r"b15 \& 50\% of \$x\_1 \#2 \{y\} \textasciitilde{} \textasciicircum{} "
+                                         r"\textbackslash{}"),
+    ("★ 6.50×<br>single run", r"$\star$ 6.50$\times$ single run"),
+    ("τ ≈ 7.4 — ≠ AR", r"$\tau$ $\approx$ 7.4 --- $\neq$ AR"),
+    ("Qwen/Qwen3-8B café 中", "Qwen/Qwen3-8B cafe ?"),
+    (None, "--"),
+])
+def test_tex_escape(raw, tex):
+    assert report.tex_escape(raw) == tex
+
+
+def test_read_tex_log_finds_errors_and_overfull_boxes():
+    log = report.read_tex_log("x\n! Undefined control sequence.\nOverfull \\hbox (12.5pt too wide) in paragraph at "
+                              "lines 3--4\nOverfull \\hbox (0.8pt too wide) detected at line 9\n")
+    assert log.errors == ["! Undefined control sequence."]
+    assert [pt for pt, _ in log.overfull] == [12.5, 0.8]
+
+
+def test_wrap_command_keeps_lines_short_and_pastes_back():
+    cmd = "python3 -m sglang.launch_server " + " ".join(f"--opt-{i} value{i}" for i in range(30))
+    lines = report.wrap_command(cmd, 60)
+    assert all(len(ln) <= 60 for ln in lines)
+    assert " ".join(ln.removesuffix(" \\").strip() for ln in lines) == cmd
+    long = report.wrap_command("x " + "y" * 150, 60)
+    assert all(len(ln) <= 60 for ln in long) and "".join(ln.strip().removesuffix("\\\\") for ln in long[1:]) \
+        == "y" * 150
+
+
+# --- the users' grid ----------------------------------------------------------------------------
+
+
+def test_report_context_says_what_the_sweep_page_says(grid):
+    ctx = report.build_report(report.load_inputs(grid))
+    best = {(r["tp"], r["concurrency"]): r for r in ctx["answer"]["rows"]}
+    assert {r["label"] for r in best.values()} == {"b15"}  # b15 best at every TP and concurrency
+    assert best[(1, 1)]["ratios"][0]["value"] == pytest.approx(6.5, abs=5e-3)
+    assert best[(4, 8)]["tok_s"] == pytest.approx(1270.8, abs=0.05)
+    (c1, c8) = ctx["matrix"]
+    assert (c1["concurrency"], c8["concurrency"]) == (1, 8) and c1["tps"] == ["TP1", "TP4", "TP8"]
+    rows = {r["label"]: r["cells"] for r in c1["rows"]}
+    assert list(rows) == ["auto", "linear", "b15", "b16", "b32", "b64"]
+    assert [c["best"] for c in rows["b15"]] == [True, True, True]
+    assert rows["b15"][0]["tau"] == pytest.approx(7.4)
+    # speedup ~= tau / relative step cost (the decomposition's identity, from the same library)
+    assert rows["b15"][0]["value"] == pytest.approx(rows["b15"][0]["tau"] / rows["b15"][0]["cost"], rel=0.02)
+    linear = report.build_report(report.load_inputs(grid, "linear"))
+    assert linear["answer"]["rows"][0]["ratios"][0]["value"] == pytest.approx(1.63, abs=5e-3)
+
+
+def test_failed_and_suspect_runs_are_listed_with_their_reasons(grid):
+    run = Run.objects.filter(sweep=grid, tree_budget=64, tp=8, concurrency=8).get()
+    Run.objects.filter(pk=run.pk).update(state="failed", failure_reason="server_start_failed",
+                                         failure_message="CUDA out of memory & 50% of $HOME_dir")
+    Run.objects.filter(sweep=grid, tree_budget=32, tp=1, concurrency=1).update(
+        suspect=True, suspect_reasons=["clock_throttled: SM clock below 80 % of max"])
+    ctx = report.build_report(report.load_inputs(grid))
+    (ex,) = ctx["problems"]["excluded"]
+    assert (ex["run"], ex["reason"], ex["label"]) == (run.pk, "server_start_failed", "b64")
+    assert ctx["problems"]["suspect"][0]["reasons"].startswith("clock_throttled")
+    tex = report.render_tex(ctx, {})
+    assert r"CUDA out of memory \& 50\% of \$HOME\_dir" in tex
+
+
+def test_unknown_baseline_is_refused(grid):
+    with pytest.raises(CommandError, match="baseline: 'eagle3' is not a configuration"):
+        call_command("report", str(grid.pk), "--baseline", "eagle3", "--format", "tex", "--out", "/tmp/x")
+
+
+def test_report_link_and_html_view(client, grid):
+    page = client.get(reverse("analysis:sweep_detail", args=[grid.pk])).content.decode()
+    assert f'href="/sweeps/{grid.pk}/report/"' in page
+    html = client.get(reverse("analysis:sweep_report", args=[grid.pk])).content.decode()
+    text = squash(re.sub(r"<[^>]+>", " ", html))
+    assert "At TP4 and concurrency 8: b15" in text and "1270.8 tok/s" in text
+    assert client.get(reverse("analysis:sweep_report", args=[grid.pk]) + "?baseline=nope").status_code == 400
+
+
+# --- compiled by the real pdflatex -----------------------------------------------------------------
+
+needs_tex = pytest.mark.skipif(not (shutil.which("pdflatex") and shutil.which("pdftotext")),
+                               reason="needs pdflatex and pdftotext: bash scripts/system_deps.sh")
+
+
+@pytest.mark.pdflatex
+@needs_tex
+def test_users_grid_report_compiles_and_reads_back_the_headline(grid, tmp_path):
+    pytest.importorskip("kaleido")
+    out = tmp_path / "report"
+    call_command("report", str(grid.pk), "--out", str(out))
+    pdf = out / f"sweep-{grid.pk}-report.pdf"
+    assert pdf.is_file()
+    log = report.read_tex_log((out / f"sweep-{grid.pk}-report.log").read_text(errors="replace"))
+    assert log.errors == [] and all(pt <= report.OVERFULL_LIMIT_PT for pt, _ in log.overfull), log.overfull
+    for key in ("speedup", "decomposition", "tp_scaling", "tradeoff"):  # vector figures, included
+        assert (out / f"fig-{key}.pdf").read_bytes().startswith(b"%PDF")
+    text = pdf_text(pdf)
+    flat = squash(text)
+    for tp in (1, 4, 8):
+        for conc in (1, 8):
+            assert re.search(rf"At TP{tp} and concurrency {conc}: b15 ", flat), (tp, conc)
+    assert "At TP1 and concurrency 1: b15 (DDTree" in flat and "end-to-end speedup 6.50× auto" in flat
+    assert re.search(r"At TP4 and concurrency 8: b15 [^;]*?, 1270\.8 tok/s", flat)
+    row = next(ln for ln in text.splitlines() if re.match(r"\s*4\s+8\s+b15\s", ln))
+    assert "2.89" in row and "1270.8" in row
+    assert "GPU-" in text and "NUMA" in text  # the inventory, UUIDs
+    assert "python3 -m sglang.launch_server" in flat or "sglang" in flat  # the exact command lines
+
+    vs_linear = call_command_path(grid, tmp_path / "linear", "--baseline", "linear")
+    assert "end-to-end speedup 1.63× linear" in squash(pdf_text(vs_linear))
+
+
+def call_command_path(sweep, out: Path, *args: str) -> Path:
+    from io import StringIO
+
+    buf = StringIO()
+    call_command("report", str(sweep.pk), "--out", str(out), *args, stdout=buf)
+    return Path(buf.getvalue().strip())
