@@ -250,8 +250,8 @@ def speedup_tables(heatmap: dict[str, Any], points: list[Point], baseline: str) 
         single = all(not cell["spread"] for row in rows for cell in row["cells"])
         tps = list(trace["x"])
         tables.append({"concurrency": conc, "output_len": out_len, "tps": tps, "rows": rows, "all_single": single,
-                       "groups": [{"tp": tp, "first": 2 + 3 * i, "last": 4 + 3 * i} for i, tp in enumerate(tps)],
-                       "colspec": "l" + "rrr" * len(tps)})
+                       "groups": [{"tp": tp, "cmid": f"{{{2 + 3 * i}-{4 + 3 * i}}}"} for i, tp in enumerate(tps)],
+                       "colspec": "{l" + "rrr" * len(tps) + "}"})
     several_len = len({t["output_len"] for t in tables}) > 1
     for t in tables:
         t["several_len"] = several_len

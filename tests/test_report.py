@@ -157,3 +157,21 @@ def call_command_path(sweep, out: Path, *args: str) -> Path:
     buf = StringIO()
     call_command("report", str(sweep.pk), "--out", str(out), *args, stdout=buf)
     return Path(buf.getvalue().strip())
+
+
+def test_export_tex_keeps_only_the_columns_with_values(client, grid):
+    tex = client.get(reverse("analysis:sweep_export", args=[grid.pk, "tex"])).content.decode()
+    header = next(ln for ln in tex.splitlines() if ln.startswith("run id") or ln.startswith("run"))
+    assert "output throughput (tok/s)" in header and len(header.split(" & ")) < 16
+    # no GPU telemetry and no lossless check in the users' grid: those columns are left out
+    assert "J per output token" not in header and "lossless" not in header.lower()
+    assert "\\midrule" in tex and "b15" in tex
+
+
+@pytest.mark.pdflatex
+def test_html_report_file_is_self_contained(grid, tmp_path):
+    pytest.importorskip("kaleido")
+    path = call_command_path(grid, tmp_path, "--format", "html")
+    html = path.read_text()
+    assert path.suffix == ".html" and html.count("<svg") >= 4 and "plotly.min.js" not in html
+    assert "At TP4 and concurrency 8: <strong>b15</strong>" in html and "1270.8 tok/s" in html

@@ -86,8 +86,20 @@ class Command(BaseCommand):
             self._require_a_success(sweep, url, var)
         out.write("")
         out.write(f"Dashboard: {url}/sweeps/{sweep.pk}/   (all sweeps: {url}/)")
+        if not opts["no_wait"]:
+            out.write(f"Report:    {self._report(sweep)}   (HTML: {url}/sweeps/{sweep.pk}/report/)")
         out.write(f"Admin:     {url}/admin/   user: admin   password: {password}  (kept in {var / 'admin_password'})")
         out.write("Stop the background services with: make stop")
+
+    def _report(self, sweep: Sweep) -> str:
+        """The sweep's PDF report (`manage.py report`, analysis.report), or why it was not built."""
+        from analysis.management.commands.report import default_out_dir
+        from analysis.report import ReportError, write_report
+
+        try:
+            return str(write_report(sweep, default_out_dir(sweep.pk)))
+        except ReportError as exc:
+            return f"not built: {exc}"
 
     def _admin_password(self, var: Path) -> str:
         path = var / "admin_password"
