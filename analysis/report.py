@@ -271,8 +271,8 @@ def inventory(snapshots: dict[str, Any], runs: list[Any]) -> list[dict[str, Any]
             used[r.host.name][r.tp].add((idx, r.gpus_cross_numa))
     hosts = []
     for name, snap in snapshots.items():
-        h: dict[str, Any] = {"name": name, "snapshot": snap, "gpus": [], "links": None,
-                             "tp_gpus": [{"tp": tp, "groups": sorted(groups)} for tp, groups in sorted(used[name].items())]}
+        tp_gpus = [{"tp": tp, "groups": sorted(groups)} for tp, groups in sorted(used[name].items())]
+        h: dict[str, Any] = {"name": name, "snapshot": snap, "gpus": [], "links": None, "tp_gpus": tp_gpus}
         if snap is not None:
             h["gpus"] = list(snap.gpus.all())
             topo = (snap.data or {}).get("topology")
