@@ -44,7 +44,7 @@ FORMATS = ("pdf", "tex", "html")
 #: The figure file format per report format (the HTML variant inlines SVG).
 FIGURE_FORMAT = {"pdf": "pdf", "tex": "pdf", "html": "svg"}
 #: Width (px) a figure is exported at when its layout gives none (plotly's default is 700).
-EXPORT_WIDTH = 1000
+EXPORT_WIDTH = 1200
 #: Characters per line of a command line in the TeX appendix (verbatim, \footnotesize).
 COMMAND_WIDTH = 92
 #: Characters of a failure message kept in the report (the run page has the whole message).
