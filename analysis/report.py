@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchkit.compare.lossless import LOSSLESS, MARK, NOT_CHECKED, SHORT, lossless_mark
+from benchkit.compare.lossless import LOSSLESS, MARK, SHORT, lossless_mark
 from benchkit.compare.speedups import relative_step_costs
 from benchkit.compare.stats import median
 from benchkit.methods import config_order, method_title
@@ -164,7 +164,7 @@ def _verdict_words(points: list[Point]) -> str:
         return "lossless"
     if not any(verdicts):
         return "autoregressive baseline" if all(p.method == "auto" for p in points) else "not computed"
-    return ", ".join(SHORT.get(v, v) or ("not checked" if v == NOT_CHECKED else "not computed") for v in verdicts)
+    return ", ".join(SHORT.get(v) or v or "not computed" for v in verdicts)
 
 
 def _ratios(sp) -> list[dict[str, Any]]:
@@ -180,6 +180,22 @@ def _ratios(sp) -> list[dict[str, Any]]:
     return out
 
 
+def _cell_parts(cell: Any) -> tuple[Any, Any, list[str]]:
+    """(Speedup or None, lossless mark or None, [notes]) of one cell of dashboard.headline's
+    table: a (speedup, mark) pair, a bare Speedup, or a dict with "speedup"/"sp" and "mark" whose
+    other text values (a tie, a verdict sentence) become notes printed beside it."""
+    if isinstance(cell, dict):
+        sp = cell.get("speedup", cell.get("sp"))
+        notes = [f"{k.replace('_', ' ')}: {v}" if not isinstance(v, str) else v for k, v in cell.items()
+                 if k not in ("speedup", "sp", "mark") and isinstance(v, str | int | float) and v != ""
+                 and not isinstance(v, bool)]
+        return sp, cell.get("mark"), notes
+    if isinstance(cell, tuple | list):
+        parts = list(cell) + [None, None]
+        return parts[0], parts[1], [str(x) for x in parts[2:] if isinstance(x, str) and x]
+    return cell, None, []
+
+
 def answer(headline: dict[str, Any] | None, by_run: dict[int, Point]) -> dict[str, Any] | None:
     """The report's answer from `dashboard.headline` (whatever it returns, rendered): one row
     per (TP, concurrency) cell of its table {"tp", "concurrency", "label", "title", "ratios",
@@ -192,15 +208,16 @@ def answer(headline: dict[str, Any] | None, by_run: dict[int, Point]) -> dict[st
     concs = headline.get("concurrency") or []
     for row in headline.get("rows") or []:
         for conc, cell in zip(concs, row.get("cells") or [], strict=False):
-            sp, mark = (tuple(cell) + (None,))[:2] if isinstance(cell, tuple | list) else (cell, None)
+            sp, mark, notes = _cell_parts(cell)
             if sp is None:
-                rows.append({"tp": row.get("tp"), "concurrency": conc, "label": None})
+                rows.append({"tp": row.get("tp"), "concurrency": conc, "label": None, "notes": notes})
                 continue
             pts = [by_run[r] for r in sp.run_ids if r in by_run]
             rows.append({"tp": row.get("tp"), "concurrency": conc, "label": sp.label,
                          "title": method_title(sp.point.method), "ratios": _ratios(sp), "spread": sp.spread,
                          "tok_s": sp.median_output_throughput, "runs": sp.run_ids, "baseline_runs": sp.baseline_run_ids,
-                         "verdict": _verdict_words(pts) if pts else "not computed", "mark": mark})
+                         "verdict": _verdict_words(pts) if pts else "not computed", "mark": mark,
+                         "notes": notes})
     known = {"output_len", "concurrency", "rows", "fastest", "baseline"}
     fastest = [{**f, "verdict": _verdict_words([by_run[r] for r in f.get("runs", []) if r in by_run])}
                for f in headline.get("fastest") or []]

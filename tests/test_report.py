@@ -175,3 +175,20 @@ def test_html_report_file_is_self_contained(grid, tmp_path):
     html = path.read_text()
     assert path.suffix == ".html" and html.count("<svg") >= 4 and "plotly.min.js" not in html
     assert "At TP4 and concurrency 8: <strong>b15</strong>" in html and "1270.8 tok/s" in html
+
+
+def test_answer_renders_a_headline_cell_in_any_of_its_shapes(grid):
+    """The headline is dashboard.headline's to define (pairs today; a dict with a tie or a verdict
+    sentence tomorrow): the report prints what it gets, the extra text included."""
+    inp = report.load_inputs(grid)
+    from analysis import dashboard
+
+    page = dashboard.build_sweep_page(inp.points, inp.dims, inp.selection, inp.state_rows, inp.failures)
+    head = page["headline"]
+    sp, mark = head["rows"][0]["cells"][0]
+    by_run = {p.run_id: p for p in inp.points}
+    head["rows"][0]["cells"][0] = {"speedup": sp, "mark": mark, "tie": "within noise of b16"}
+    got = report.answer(head, by_run)["rows"][0]
+    assert got["label"] == "b15" and got["notes"] == ["within noise of b16"]
+    head["rows"][0]["cells"][0] = sp
+    assert report.answer(head, by_run)["rows"][0]["label"] == "b15"

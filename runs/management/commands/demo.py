@@ -4,8 +4,9 @@ Migrates, makes an admin login, starts (or reuses) Redis, the web server, a Cele
 for this host and Celery beat, records this host's hardware inventory, builds the demo
 models, queues the demo sweep (sweeps/demo.yaml) on the real vLLM CPU server, shows a
 progress bar while the runs execute, prints what was measured, the dashboard URL, the path of
-the sweep's PDF report (`manage.py report`) and how to log in. Running it again reuses what exists and adds a new sweep. When no run of the sweep
-succeeded it exits non-zero, naming each failure reason, how many runs it took, and what to do.
+the sweep's PDF report (`manage.py report`) and how to log in. Running it again reuses what
+exists and adds a new sweep. When no run of the sweep succeeded it exits non-zero, naming each
+failure reason, how many runs it took, and what to do.
 """
 
 from __future__ import annotations
