@@ -64,7 +64,7 @@ class ReportError(Exception):
 # escaping and formatting (the template filters of analysis.templatetags.report_tex)
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
-                "%": r"\%", "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                "%": r"\%", "_": r"\us{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                 "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", '"': "''"}
 #: The Unicode the pages print, as LaTeX (anything else non-ASCII is transliterated or '?').
 _TEX_UNICODE = {"τ": r"$\tau$", "×": r"$\times$", "★": r"$\star$", "≠": r"$\neq$", "≈": r"$\approx$",

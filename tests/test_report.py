@@ -40,7 +40,7 @@ def squash(text: str) -> str:
 
 
 @pytest.mark.parametrize("raw, tex", [
-    ("b15 & 50% of $x_1 #2 {y} ~ ^ \\", r"b15 \& 50\% of \$x\_1 \#2 \{y\} \textasciitilde{} \textasciicircum{} "
+    ("b15 & 50% of $x_1 #2 {y} ~ ^ \\", r"b15 \& 50\% of \$x\us{}1 \#2 \{y\} \textasciitilde{} \textasciicircum{} "
                                          r"\textbackslash{}"),
     ("★ 6.50×<br>single run", r"$\star$ 6.50$\times$ single run"),
     ("τ ≈ 7.4 — ≠ AR", r"$\tau$ $\approx$ 7.4 --- $\neq$ AR"),
@@ -100,7 +100,7 @@ def test_failed_and_suspect_runs_are_listed_with_their_reasons(grid):
     assert (ex["run"], ex["reason"], ex["label"]) == (run.pk, "server_start_failed", "b64")
     assert ctx["problems"]["suspect"][0]["reasons"].startswith("clock_throttled")
     tex = report.render_tex(ctx, {})
-    assert r"CUDA out of memory \& 50\% of \$HOME\_dir" in tex
+    assert r"CUDA out of memory \& 50\% of \$HOME\us{}dir" in tex
 
 
 def test_unknown_baseline_is_refused(grid):
@@ -192,3 +192,20 @@ def test_answer_renders_a_headline_cell_in_any_of_its_shapes(grid):
     assert got["label"] == "b15" and got["notes"] == ["within noise of b16"]
     head["rows"][0]["cells"][0] = sp
     assert report.answer(head, by_run)["rows"][0]["label"] == "b15"
+
+
+@pytest.mark.pdflatex
+@needs_tex
+def test_a_demo_sweep_with_no_counted_run_still_compiles(tmp_path):
+    """Nothing succeeded (a CPU host, no inventory): the report says so, lists the failures, and
+    pdflatex compiles it (no figure to export: no browser needed)."""
+    from tests.factories import finish_run, make_run, make_sweep
+
+    sweep = make_sweep(name="demo_sweep #1 & 100% {bad}", is_demo=True)
+    finish_run(make_run(sweep), ok=False, reason="server_start_failed")
+    finish_run(make_run(sweep, "draft_model", k=4), ok=False, reason="server_start_failed")
+    pdf = call_command_path(sweep, tmp_path)
+    flat = squash(pdf_text(pdf))
+    assert "demo_sweep #1 & 100% {bad}" in flat and "demo model: random weights" in flat
+    assert "No counted run yet: nothing to answer." in flat
+    assert flat.count("server_start_failed") >= 2 and "draft_model k=4" in flat

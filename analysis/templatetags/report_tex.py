@@ -24,3 +24,10 @@ def tex(value: Any) -> str:
 def num(value: Any, digits: int = 2) -> str:
     """A number with `digits` decimals ("--" for None); anything else as text."""
     return fmt_num(value, int(digits))
+
+
+@register.filter
+def ids(values: Any, sep: str = ", ") -> str:
+    """A list (run ids, TP degrees, concurrency levels) as escaped text joined by `sep` (Django's
+    `join` gives a list of numbers back unjoined when autoescape is off)."""
+    return sep.join(tex_escape(v) for v in values or [])
