@@ -209,3 +209,12 @@ def test_a_demo_sweep_with_no_counted_run_still_compiles(tmp_path):
     assert "demo_sweep #1 & 100% {bad}" in flat and "demo model: random weights" in flat
     assert "No counted run yet: nothing to answer." in flat
     assert flat.count("server_start_failed") >= 2 and "draft_model k=4" in flat
+
+
+@pytest.mark.pdflatex
+@needs_tex
+def test_pdf_download(client, grid):
+    pytest.importorskip("kaleido")
+    resp = client.get(reverse("analysis:sweep_report_pdf", args=[grid.pk]) + "?baseline=linear")
+    assert resp.status_code == 200 and resp["Content-Type"] == "application/pdf"
+    assert resp.content.startswith(b"%PDF") and f"sweep-{grid.pk}-report-vs-linear.pdf" in resp["Content-Disposition"]
