@@ -214,7 +214,7 @@ def test_demo_with_port_8000_taken(tmp_path, demo_models):
     env.update(DRAFTBOARD_VAR_DIR=str(var), DRAFTBOARD_HOST=f"demo-{uuid.uuid4().hex[:8]}",
                DRAFTBOARD_MODELS_DIR=str(demo_models.root),
                DRAFTBOARD_ENGINE_FLAGS=str(standin.flags_file(tmp_path / "flags.yaml")),
-               PYTHONPATH=str(standin.STANDIN_SRC))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(standin.STANDIN_SRC), os.environ.get("PYTHONPATH")])))
     web = f"127.0.0.1:{_free_port()}"
 
     def demo(*args: str) -> subprocess.CompletedProcess:
