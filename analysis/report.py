@@ -23,6 +23,7 @@ load -> build -> render, like the pages:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -496,7 +497,8 @@ def _static_figure(fig: dict[str, Any]):
 
 def export_figures(figs: dict[str, dict[str, Any]], out_dir: Path, fmt: str = "pdf") -> dict[str, str]:
     """Write each drawn figure (not the "empty" ones) to `out_dir/fig-<key>.<fmt>` through plotly's
-    static export (kaleido; one Chromium session for all). Returns {key: file name}. Raises
+    static export (kaleido; one Chromium session for all: the system's `chromium`, e.g. Debian's
+    /usr/bin/chromium, unless BROWSER_PATH names another). Returns {key: file name}. Raises
     ReportError when kaleido or a browser for it is missing."""
     import plotly.io as pio
 
@@ -507,6 +509,8 @@ def export_figures(figs: dict[str, dict[str, Any]], out_dir: Path, fmt: str = "p
         import kaleido  # noqa: F401
     except ImportError as exc:
         raise ReportError("figures need the `kaleido` package (requirements/web.txt)") from exc
+    if not os.environ.get("BROWSER_PATH") and (chromium := shutil.which("chromium")):
+        os.environ["BROWSER_PATH"] = chromium  # Debian's, as the browser tests use (choreographer reads it)
     names = {k: f"fig-{k}.{fmt}" for k in drawn}
     try:
         pio.write_images([_static_figure(f) for f in drawn.values()], [out_dir / names[k] for k in drawn],
