@@ -218,3 +218,19 @@ def test_pdf_download(client, grid):
     resp = client.get(reverse("analysis:sweep_report_pdf", args=[grid.pk]) + "?baseline=linear")
     assert resp.status_code == 200 and resp["Content-Type"] == "application/pdf"
     assert resp.content.startswith(b"%PDF") and f"sweep-{grid.pk}-report-vs-linear.pdf" in resp["Content-Disposition"]
+
+
+def test_gpu_efficiency_shows_the_cost_with_the_price_used(grid):
+    from runs.models import GpuPrice
+    from runs.selectors import cost_of
+
+    assert report.build_report(report.load_inputs(grid))["efficiency"] == []  # no telemetry, no price
+    name = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # the grid's runs record no GPU name: give one
+    for r in Run.objects.filter(sweep=grid):
+        r.gpus = [{**g, "name": name} for g in r.gpus]
+        r.save(update_fields=["gpus"])
+    GpuPrice.objects.create(gpu_name=name, usd_per_gpu_hour="2.5")
+    run = Run.objects.select_related("metrics").get(sweep=grid, tree_budget=15, tp=4, concurrency=8)
+    rows = {r["run"]: r for r in report.build_report(report.load_inputs(grid))["efficiency"]}
+    assert len(rows) == 36 and rows[run.pk]["price_usd_per_gpu_hour"] == 2.5
+    assert rows[run.pk]["cost_usd_per_m_output_tokens"] == pytest.approx(cost_of(run, run.metrics)[0])
