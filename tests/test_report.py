@@ -234,3 +234,35 @@ def test_gpu_efficiency_shows_the_cost_with_the_price_used(grid):
     rows = {r["run"]: r for r in report.build_report(report.load_inputs(grid))["efficiency"]}
     assert len(rows) == 36 and rows[run.pk]["price_usd_per_gpu_hour"] == 2.5
     assert rows[run.pk]["cost_usd_per_m_output_tokens"] == pytest.approx(cost_of(run, run.metrics)[0])
+
+
+@pytest.mark.pdflatex
+@needs_tex
+def test_demo_shaped_sweep_report_reads_back_the_page_headline(tmp_path):
+    """The demo sweep's shape (sweeps/demo.yaml: a CPU host without GPUs, auto, draft_model k=2 and
+    k=4, ngram k=4 x concurrency 1 and 4, demo model) built with the factories: the PDF compiles and
+    says, for every headline cell, the configuration and speedup the sweep page's headline gives."""
+    pytest.importorskip("kaleido")
+    from analysis import dashboard
+    from benchkit.hosts.inventory import HostInventory
+    from runs.services.hosts import record_inventory
+    from tests.factories import finish_run, make_host, make_run, make_sweep
+
+    host = make_host("cpu-box")
+    record_inventory(host, HostInventory(hostname="cpu-box"))
+    sweep = make_sweep(host, name="demo", is_demo=True)
+    for conc in (1, 4):
+        finish_run(make_run(sweep, concurrency=conc), gap_ms=10.0)
+        for method, k, per_msg, gap in (("draft_model", 2, 2, 11.0), ("draft_model", 4, 3, 12.0),
+                                        ("ngram", 4, 2, 10.5)):
+            finish_run(make_run(sweep, method, k=k, concurrency=conc), tokens_per_msg=per_msg, gap_ms=gap,
+                       spec_decode={"acceptance_length": float(per_msg)})
+    pdf = call_command_path(sweep, tmp_path)
+    flat = squash(pdf_text(pdf))
+    inp = report.load_inputs(sweep)
+    page = dashboard.build_sweep_page(inp.points, inp.dims, inp.selection, inp.state_rows, inp.failures)
+    for row in page["headline"]["rows"]:
+        for conc, (sp, _) in zip(page["headline"]["concurrency"], row["cells"], strict=True):
+            assert f"At TP{row['tp']} and concurrency {conc}: {sp.label} " in flat
+            assert f"end-to-end speedup {sp.value:.2f}× auto" in flat
+    assert "No GPUs: this host runs CPU servers only." in flat and "demo model: random weights" in flat
