@@ -34,6 +34,7 @@ system-deps:
 	bash scripts/system_deps.sh
 
 demo: $(STAMP)
+	@bash scripts/system_deps.sh report || echo "system packages missing: the demo runs, its PDF report needs them"
 	$(BIN)/python manage.py demo
 
 stop: $(STAMP)

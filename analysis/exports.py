@@ -75,14 +75,22 @@ def to_csv(table: pd.DataFrame) -> str:
 
 
 def to_latex(table: pd.DataFrame, caption: str) -> str:
-    """A LaTeX `table` environment (booktabs) of the sweep, two decimals; an unknown workload
-    value reads "not in the file", an unknown figure "--"; the lossless sentence is left out (the
-    verdict code and its figures stay)."""
+    """A LaTeX `table` environment (booktabs) of the sweep, two decimals, with only the columns
+    that have a value in some row (a CPU sweep has no GPU figures: those columns go); an unknown
+    workload value reads "not in the file", an unknown figure "--"; the lossless sentence is left
+    out (the verdict code and its figures stay). The whole document, with the figures and the
+    answer, is `manage.py report` (analysis.report)."""
     table = table.drop(columns=["lossless_sentence"]).astype({k: object for k in WORKLOAD_COLUMNS})
+    table = table[[c for c in table.columns if c in WORKLOAD_COLUMNS or _has_value(table[c])]]
     for k in WORKLOAD_COLUMNS:
         table[k] = [NOT_IN_FILE if pd.isna(v) else str(v) for v in table[k]]
     return table.rename(columns=dict(COLUMNS)).to_latex(index=False, float_format="%.2f", caption=caption,
                                                         label="tab:draftboard-sweep", na_rep="--", escape=True)
+
+
+def _has_value(col: pd.Series) -> bool:
+    """True when some cell of the column is known and not empty text."""
+    return any(not (v is None or v is pd.NA or (isinstance(v, float) and v != v) or v == "") for v in col)
 
 
 def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, Any]:

@@ -3,12 +3,15 @@ plotly.js through `json_script`; live progress through small JSON endpoints."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, display, exports, figures, filters, history
+from analysis import dashboard, display, exports, figures, filters, history, report
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.hosts.topology import TopoMatrix
@@ -127,6 +130,35 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     else:
         resp = JsonResponse(exports.sweep_json(sweep, runs, prices), json_dumps_params={"indent": 1})
     resp["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    return resp
+
+
+def sweep_report(request: HttpRequest, pk: int) -> HttpResponse:
+    """The sweep's report as HTML (analysis.report: the document `manage.py report` writes, its
+    figures drawn by plotly.js from the same figure dicts); `?baseline=LABEL` as on the sweep page."""
+    sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
+    try:
+        ctx = report.build_report(report.load_inputs(sweep, request.GET.get("baseline", "auto")))
+    except QueryError as exc:
+        return bad_query(exc)
+    return HttpResponse(report.render_html(ctx, request=request))
+
+
+def sweep_report_pdf(request: HttpRequest, pk: int) -> HttpResponse:
+    """The sweep's report as a PDF, built now (figures through kaleido, then pdflatex; a few
+    seconds); 503 with the reason when this server lacks pdflatex, kaleido or Chromium."""
+    sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
+    baseline = request.GET.get("baseline", "auto")
+    with tempfile.TemporaryDirectory(prefix="draftboard-report-") as tmp:
+        try:
+            pdf = report.write_report(sweep, Path(tmp), "pdf", baseline)
+        except QueryError as exc:
+            return bad_query(exc)
+        except report.ReportError as exc:
+            return HttpResponse(f"the PDF report cannot be built on this server: {exc}\n", status=503,
+                                content_type="text/plain; charset=utf-8")
+        resp = HttpResponse(pdf.read_bytes(), content_type="application/pdf")
+    resp["Content-Disposition"] = f'attachment; filename="{pdf.name}"'
     return resp
 
 

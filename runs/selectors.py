@@ -171,6 +171,19 @@ def run_list(sweep_id: int, metric_fields: Sequence[str], state: str = "", **sel
                   *(f"metrics__{f}" for f in metric_fields)))
 
 
+def report_runs(sweep_id: int) -> QuerySet[Run]:
+    """Every run of a sweep for its report (analysis.report), in grid order, with its host: the
+    light columns, the argv and server environment (exact command lines), failure, invalidation
+    and suspect marks, the engine build's provenance; no metrics, no heavy column (one query)."""
+    return (Run.objects.filter(sweep_id=sweep_id).select_related("host").order_by(*GRID_ORDER)
+            .only("id", "sweep_id", "host__name", "engine", "engine_build", "engine_version", "engine_commit",
+                  "provenance", "model", "drafter", "is_demo_model", "method", "num_speculative_tokens",
+                  "tree_budget", "tp", "gpus", "gpus_cross_numa", "concurrency", "request_rate", "input_len",
+                  "output_len", "num_prompts", "dataset", "temperature", "seed", "repeat_index", "state",
+                  "failure_reason", "failure_message", "invalidated_reason", "suspect", "suspect_reasons", "argv",
+                  "server_env"))
+
+
 def sweep_hosts(sweep_id: int) -> list[str]:
     """Names of the hosts a sweep's runs are on, sorted (one query)."""
     return list(Run.objects.filter(sweep_id=sweep_id).order_by("host__name").values_list("host__name", flat=True)

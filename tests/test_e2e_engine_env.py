@@ -16,8 +16,10 @@ library only), because no real engine fits in a bare venv here."""
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -212,7 +214,7 @@ def test_demo_with_port_8000_taken(tmp_path, demo_models):
     env.update(DRAFTBOARD_VAR_DIR=str(var), DRAFTBOARD_HOST=f"demo-{uuid.uuid4().hex[:8]}",
                DRAFTBOARD_MODELS_DIR=str(demo_models.root),
                DRAFTBOARD_ENGINE_FLAGS=str(standin.flags_file(tmp_path / "flags.yaml")),
-               PYTHONPATH=str(standin.STANDIN_SRC))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(standin.STANDIN_SRC), os.environ.get("PYTHONPATH")])))
     web = f"127.0.0.1:{_free_port()}"
 
     def demo(*args: str) -> subprocess.CompletedProcess:
@@ -225,6 +227,10 @@ def test_demo_with_port_8000_taken(tmp_path, demo_models):
         ok = demo()
         assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
         assert "Dashboard: http://" in ok.stdout
+        report = next(ln for ln in ok.stdout.splitlines() if ln.startswith("Report:"))  # issue 23
+        if shutil.which("pdflatex") and importlib.util.find_spec("kaleido"):
+            pdf = Path(report.split()[1])
+            assert pdf.suffix == ".pdf" and pdf.read_bytes().startswith(b"%PDF"), report
         db = sqlite3.connect(var / "draftboard.sqlite3")
         rows = db.execute("select state, server_port from runs_run").fetchall()
         assert len(rows) == 8 and {s for s, _ in rows} == {"succeeded"}

@@ -7,7 +7,6 @@ found (the demo weights are random: only the pipeline is claimed, not a model's 
 
 from __future__ import annotations
 
-
 import pytest
 
 from benchkit.compare import lossless as ll

