@@ -2,6 +2,7 @@
 server names a request in its first message when asked (`synthetic_echo_key`), and an SGLang
 client's per-request TTFT/ITL lists are matched to the server's ground truth through that name."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -10,8 +11,11 @@ import httpx
 
 from tests.synthetic_server import SyntheticConfig, SyntheticServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import peers  # noqa: E402
+_BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(_BENCH))  # peers.py reads its sibling _common.py
+_spec = importlib.util.spec_from_file_location("peers", _BENCH / "peers.py")
+peers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peers)
 
 
 def _stream_texts(url: str, prompt: str, echo: bool) -> str:
