@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import platform
 import shutil
 import sysconfig
@@ -125,7 +126,18 @@ DRAFT_CONFIG = _llama_config(layers=1, hidden=256, heads=4, intermediate=688, ro
 #: draft then agrees nearly always); fewer draft steps, a draft that agrees rarely.
 TRAIN_SPEC = TrainSpec(target_steps=150, draft_steps=40, batch=8, seq_len=64, lr=5e-3, warmup_steps=10,
                        seed=0, threads=2)
+#: A few steps of tiny batches (about a second): weights that load and run but barely agree
+#: with anything; for tests that need the files, not the acceptance (`default_train_spec`).
+QUICK_TRAIN_SPEC = TrainSpec(target_steps=3, draft_steps=2, batch=2, seq_len=32, lr=5e-3, warmup_steps=1,
+                             seed=0, threads=2)
+#: Set to 1 to build with QUICK_TRAIN_SPEC wherever no spec is given (the test suite does).
+QUICK_ENV = "DRAFTBOARD_DEMO_QUICK"
 WEIGHTS_NAME = "model.safetensors"
+
+
+def default_train_spec() -> TrainSpec:
+    """TRAIN_SPEC, or QUICK_TRAIN_SPEC when the environment sets DRAFTBOARD_DEMO_QUICK=1."""
+    return QUICK_TRAIN_SPEC if os.environ.get(QUICK_ENV) == "1" else TRAIN_SPEC
 
 TOKENIZER_CONFIG = {
     "tokenizer_class": "PreTrainedTokenizerFast",
@@ -206,10 +218,11 @@ def _torch_version() -> str:
     return str(torch.__version__)
 
 
-def spec_hash(train: TrainSpec = TRAIN_SPEC) -> str:
+def spec_hash(train: TrainSpec | None = None) -> str:
     """SHA-256 (hex) over everything that defines the demo set: builder version, configs,
     tokenizer settings, corpus file list, training spec `train`, and the Python and torch
     versions (trained weights depend on both). A marker with another hash triggers a rebuild."""
+    train = train or default_train_spec()
     blob = json.dumps(
         {
             "builder": BUILDER_VERSION,
@@ -301,7 +314,7 @@ def _write_model_dir(path: Path, config: dict[str, Any], tokenizer_json: str, te
 
     path.mkdir(parents=True, exist_ok=True)
     _write_json(path / "config.json", config)
-    save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt", "draftboard_demo": "true"})
+    save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
     _write_json(path / "generation_config.json", GENERATION_CONFIG)
     (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
     _write_json(path / "tokenizer_config.json", TOKENIZER_CONFIG)
@@ -327,9 +340,9 @@ def _expected_files(root: Path) -> list[Path]:
     return files
 
 
-def is_complete(root: Path, train: TrainSpec = TRAIN_SPEC) -> bool:
+def is_complete(root: Path, train: TrainSpec | None = None) -> bool:
     """True when `root` holds a finished demo set of `spec_hash(train)` (marker present, hash
-    equal, every file present and non-empty)."""
+    equal, every file present and non-empty); `train` defaults to `default_train_spec()`."""
     marker = root / MARKER_NAME
     try:
         data = json.loads(marker.read_text(encoding="utf-8"))
@@ -360,11 +373,12 @@ def read_marker(root: Path | str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def build_demo_models(root: Path | str, force: bool = False, train: TrainSpec = TRAIN_SPEC) -> DemoModels:
+def build_demo_models(root: Path | str, force: bool = False, train: TrainSpec | None = None) -> DemoModels:
     """Create (or reuse) the demo target and draft model directories under `root`.
 
     Idempotent: when the marker file `root/.draftboard_demo.json` has the current spec hash
-    (`spec_hash(train)`) and every file exists, nothing is written. Otherwise (or with `force`)
+    (`spec_hash(train)`; `train` defaults to `default_train_spec()`) and every file exists,
+    nothing is written. Otherwise (or with `force`)
     the tokenizer is trained, the pair is trained with `train` (benchkit.engines.demo_train;
     about a minute of two CPU cores with the default `TRAIN_SPEC`) and `target/`, `draft/` and
     `prompts.txt` are rewritten; the marker is written last, so an interrupted build is detected
@@ -375,6 +389,7 @@ def build_demo_models(root: Path | str, force: bool = False, train: TrainSpec = 
     is not installed.
     """
     root = Path(root).expanduser().resolve()
+    train = train or default_train_spec()
     models = DemoModels(target=root / "target", draft=root / "draft", prompts=root / "prompts.txt", root=root)
     if not force and is_complete(root, train):
         return models

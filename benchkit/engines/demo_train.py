@@ -158,6 +158,19 @@ def _model_classes():
     return Llama
 
 
+def model_from_hf(cfg: dict[str, Any], tensors: dict[str, Any]) -> Any:
+    """This module's Llama for config dict `cfg` with weights `tensors` named as Hugging Face's
+    LlamaForCausalLM names them (the inverse of `state_dict_hf`), in eval mode. Raises
+    RuntimeError when a tensor is missing or extra."""
+    sd = {}
+    for name, t in tensors.items():
+        key = name.removeprefix("model.").replace("self_attn.", "").replace("mlp.", "")
+        sd[key] = t
+    model = _model_classes()(cfg)
+    model.load_state_dict(sd, strict=True)
+    return model.eval()
+
+
 def new_model(cfg: dict[str, Any], generator) -> Any:
     """A Llama (this module's) for config dict `cfg`, initialised from `generator`: linear and
     embedding weights normal(0, initializer_range), norms 1."""
