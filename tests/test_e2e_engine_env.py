@@ -227,7 +227,8 @@ def test_demo_with_port_8000_taken(tmp_path, demo_models):
         assert "Dashboard: http://" in ok.stdout
         db = sqlite3.connect(var / "draftboard.sqlite3")
         rows = db.execute("select state, server_port from runs_run").fetchall()
-        n_runs = load_sweep_file(REPO / "sweeps" / "demo.yaml", variables={"demo_target": "t", "demo_draft": "d"}).n_runs()
+        n_runs = load_sweep_file(REPO / "sweeps" / "demo.yaml",
+                                 variables={"demo_target": "t", "demo_draft": "d"}).n_runs()
         assert len(rows) == n_runs and {s for s, _ in rows} == {"succeeded"}
         assert "decode speedup" in ok.stdout and "lossless" in ok.stdout  # the demo's table
         if held is not None:  # we held 8000 throughout: every server was given another port
