@@ -32,7 +32,8 @@ from benchkit.engines.demo_train import TrainSpec, train_pair
 pytest.importorskip("torch")
 
 #: Smaller than QUICK_TRAIN_SPEC still: the determinism test trains twice.
-TINY = TrainSpec(target_steps=2, draft_steps=1, batch=2, seq_len=16, lr=1e-3, warmup_steps=1, seed=3, threads=1)
+TINY = TrainSpec(target_steps=2, draft_steps=1, batch=2, seq_len=16, lr=1e-3, warmup_steps=1, seed=3, threads=1,
+                 draft_noise=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,12 @@ def test_training_is_deterministic_and_keyed_by_spec(tmp_path):
     assert not a_draft["lm_head.weight"].equal(a_target["lm_head.weight"])
     c_target, _, _ = train_pair(ids, TARGET_CONFIG, DRAFT_CONFIG, TrainSpec(**{**TINY.as_dict(), "seed": 4}))
     assert not c_target["model.embed_tokens.weight"].equal(a_target["model.embed_tokens.weight"])
+    # the draft's seeded noise: same target, another draft; norms (vectors) are left as they are
+    d_target, d_draft, _ = train_pair(ids, TARGET_CONFIG, DRAFT_CONFIG, TrainSpec(**{**TINY.as_dict(),
+                                                                                    "draft_noise": 0.0}))
+    assert all(d_target[k].equal(a_target[k]) for k in a_target)
+    assert not d_draft["model.layers.0.mlp.up_proj.weight"].equal(a_draft["model.layers.0.mlp.up_proj.weight"])
+    assert d_draft["model.norm.weight"].equal(a_draft["model.norm.weight"])
     assert report.target_loss > 0 and 0 <= report.greedy_agreement <= 1
 
     assert len({spec_hash(TINY), spec_hash(QUICK_TRAIN_SPEC), spec_hash(TRAIN_SPEC)}) == 3

@@ -35,7 +35,11 @@ class TrainSpec:
     distillation; `batch` sequences of `seq_len` tokens per step; `lr`: AdamW peak learning rate
     (linear warm-up over `warmup_steps`, cosine decay to a tenth); `seed`: the generator's seed;
     `threads`: torch CPU threads during training (fixed so that reductions are reproducible);
-    `kd_temperature`: softmax temperature of the distillation targets."""
+    `kd_temperature`: softmax temperature of the distillation targets; `draft_noise`: after the
+    distillation every weight matrix of the draft gets seeded Gaussian noise of this many times
+    its own standard deviation (0: none). A distilled one-layer draft of a briefly trained target
+    agrees with it on most greedy tokens (such a target's greedy text repeats itself); the noise
+    lowers that agreement to what the demo wants to show."""
 
     target_steps: int = 300
     draft_steps: int = 120
@@ -46,6 +50,7 @@ class TrainSpec:
     seed: int = 0
     threads: int = 2
     kd_temperature: float = 1.0
+    draft_noise: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The spec as plain data (for the spec hash and the build marker)."""
@@ -265,6 +270,11 @@ def train_pair(token_ids: list[int], target_cfg: dict[str, Any], draft_cfg: dict
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
             opt.step()
             d_losses.append(loss.item())
+        if spec.draft_noise:
+            with torch.no_grad():
+                for p in draft.parameters():
+                    if p.dim() == 2:
+                        p.add_(torch.randn(p.shape, generator=gen) * (p.std() * spec.draft_noise))
         draft.eval()
         t2 = time.monotonic()
         with torch.no_grad():
