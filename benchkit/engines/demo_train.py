@@ -176,6 +176,24 @@ def model_from_hf(cfg: dict[str, Any], tensors: dict[str, Any]) -> Any:
     return model.eval()
 
 
+def perturb(tensors: dict[str, Any], scale: float, seed: int) -> dict[str, Any]:
+    """`tensors` (HF names) with seeded Gaussian noise added to every matrix (2-D tensor), of
+    `scale` times that matrix's own standard deviation; vectors (norms) unchanged. The noise is
+    drawn from `torch.Generator().manual_seed(seed)` over the names in sorted order, so it can be
+    reproduced from the saved weights alone. `scale` 0 returns the tensors unchanged."""
+    import torch
+
+    if not scale:
+        return tensors
+    gen = torch.Generator().manual_seed(seed)
+    out = dict(tensors)
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.dim() == 2:
+            out[name] = (t + torch.randn(t.shape, generator=gen) * (t.std() * scale)).contiguous()
+    return out
+
+
 def new_model(cfg: dict[str, Any], generator) -> Any:
     """A Llama (this module's) for config dict `cfg`, initialised from `generator`: linear and
     embedding weights normal(0, initializer_range), norms 1."""
@@ -270,12 +288,8 @@ def train_pair(token_ids: list[int], target_cfg: dict[str, Any], draft_cfg: dict
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
             opt.step()
             d_losses.append(loss.item())
-        if spec.draft_noise:
-            with torch.no_grad():
-                for p in draft.parameters():
-                    if p.dim() == 2:
-                        p.add_(torch.randn(p.shape, generator=gen) * (p.std() * spec.draft_noise))
-        draft.eval()
+        draft_w = perturb(draft.state_dict_hf(), spec.draft_noise, spec.seed + 1)
+        draft = model_from_hf(draft_cfg, draft_w)
         t2 = time.monotonic()
         with torch.no_grad():
             n = (held.numel() - 1) // spec.seq_len * spec.seq_len
@@ -285,6 +299,6 @@ def train_pair(token_ids: list[int], target_cfg: dict[str, Any], draft_cfg: dict
             target_loss=sum(losses[-10:]) / len(losses[-10:]) if losses else float("nan"),
             draft_loss=sum(d_losses[-10:]) / len(d_losses[-10:]) if d_losses else float("nan"),
             greedy_agreement=agree, target_seconds=t1 - t0, draft_seconds=t2 - t1)
-        return target.state_dict_hf(), draft.state_dict_hf(), report
+        return target.state_dict_hf(), draft_w, report
     finally:
         torch.set_num_threads(threads)
