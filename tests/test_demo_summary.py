@@ -42,3 +42,5 @@ def test_ratio_formats():
     assert _ratio(Ratio()) == "-"
     assert _ratio(Ratio(value=1.234)) == "1.23x"
     assert _ratio(Ratio(value=1.234, ci95=(1.1, 1.3))) == "1.23x [1.10-1.30]"
+    # the baseline's median TPOT is 0 (everything in the first message): no 0.00x drawn as data
+    assert _ratio(Ratio(value=0.0, ci95=(0.0, 0.0), median=1.6, baseline_median=0.0)) == "- (median 0)"

@@ -192,7 +192,11 @@ class Command(BaseCommand):
 
 
 def _ratio(r: Ratio) -> str:
-    """`1.23x [1.10-1.31]`, `1.23x` without an interval, or `-` when there is no number."""
+    """`1.23x [1.10-1.31]`, `1.23x` without an interval, `-` when there is no number, and
+    `- (median 0)` when either side's median is 0 (a median TPOT of 0: most requests got every
+    token in their first message, so there is no decode time to compare)."""
+    if r.median == 0 or r.baseline_median == 0:
+        return "- (median 0)"
     if r.value is None:
         return "-"
     return f"{r.value:.2f}x" + (f" [{r.ci95[0]:.2f}-{r.ci95[1]:.2f}]" if r.ci95 else "")
