@@ -216,8 +216,8 @@ def test_demo_with_port_8000_taken(tmp_path, demo_models):
     web = f"127.0.0.1:{_free_port()}"
 
     def demo(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", "demo", "--web", web, "--timeout", "240", *args],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+        return subprocess.run([sys.executable, "manage.py", "demo", "--web", web, "--timeout", "480", *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=700)
 
     held = _hold(8000)  # None: another program holds it already, which is the case to test
     pinned = held or _hold(0)
