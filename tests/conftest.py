@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Demo models built by the tests (and by `manage.py demo` run from a test) train for a few steps
+# only (benchkit.engines.demo_models.QUICK_TRAIN_SPEC): tests need the files, not the acceptance.
+os.environ.setdefault("DRAFTBOARD_DEMO_QUICK", "1")
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 
 

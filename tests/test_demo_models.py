@@ -1,5 +1,6 @@
-"""Demo models: built locally, idempotent, loadable by transformers, and (marked `vllm`) served
-for real by vLLM's CPU build through ManagedServer and the vLLM adapter."""
+"""Demo models: trained locally (deterministic, cached by spec hash), idempotent, loadable by
+transformers with the logits of our own forward pass, and (marked `vllm`) served for real by
+vLLM's CPU build with their weights through ManagedServer and the vLLM adapter."""
 
 from __future__ import annotations
 
@@ -12,17 +13,32 @@ import httpx
 import pytest
 
 from benchkit.engines.demo_models import (
+    DRAFT_CONFIG,
     MARKER_NAME,
+    QUICK_TRAIN_SPEC,
+    TARGET_CONFIG,
+    TRAIN_SPEC,
     VOCAB_SIZE,
+    WEIGHTS_NAME,
     build_demo_models,
+    default_train_spec,
     is_complete,
     is_demo_model,
+    read_marker,
+    spec_hash,
 )
+from benchkit.engines.demo_train import TrainSpec, train_pair
+
+pytest.importorskip("torch")
+
+#: Smaller than QUICK_TRAIN_SPEC still: the determinism test trains twice.
+TINY = TrainSpec(target_steps=2, draft_steps=1, batch=2, seq_len=16, lr=1e-3, warmup_steps=1, seed=3, threads=1,
+                 draft_noise=0.5)
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    return build_demo_models(tmp_path_factory.mktemp("demo"))
+    return build_demo_models(tmp_path_factory.mktemp("demo"), train=QUICK_TRAIN_SPEC)
 
 
 def test_layout_and_configs(demo):
@@ -30,13 +46,25 @@ def test_layout_and_configs(demo):
     draft = json.loads((demo.draft / "config.json").read_text())
     assert target["architectures"] == ["LlamaForCausalLM"] == draft["architectures"]
     assert (target["num_hidden_layers"], target["hidden_size"]) == (4, 256)
-    assert (draft["num_hidden_layers"], draft["hidden_size"]) == (1, 256)  # the target's first layer
+    assert (draft["num_hidden_layers"], draft["hidden_size"]) == (1, 256)  # distilled from the target
     assert target["vocab_size"] == draft["vocab_size"] == VOCAB_SIZE == 2048
     assert target["max_position_embeddings"] == 2048
     assert is_demo_model(demo.target) and is_demo_model(demo.draft)
-    assert "--load-format dummy" in (demo.target / "README.md").read_text()
+    readme = (demo.target / "README.md").read_text()
+    assert "dummy" not in readme and "trained for 3 steps of 2 x 32 tokens" in readme
+    assert "distilled for 2 steps" in (demo.draft / "README.md").read_text()
     assert (demo.target / "tokenizer.json").read_bytes() == (demo.draft / "tokenizer.json").read_bytes()
-    assert not list(demo.target.glob("*.safetensors"))
+    from safetensors import safe_open
+
+    with safe_open(str(demo.target / WEIGHTS_NAME), "pt") as f:
+        names = set(f.keys())
+        assert f.get_tensor("lm_head.weight").shape == (VOCAB_SIZE, 256)
+    assert len(names) == 3 + 9 * 4 and "model.layers.3.mlp.down_proj.weight" in names
+    with safe_open(str(demo.draft / WEIGHTS_NAME), "pt") as f:
+        assert len(set(f.keys())) == 3 + 9 and "model.layers.1.mlp.down_proj.weight" not in f.keys()
+    marker = read_marker(demo.root)
+    assert marker["train"] == QUICK_TRAIN_SPEC.as_dict()
+    assert 0 <= marker["report"]["greedy_agreement"] <= 1
     prompts = demo.prompts.read_text().splitlines()
     assert len(prompts) >= 16 and all(p.strip() for p in prompts)
     assert is_complete(demo.root)
@@ -50,6 +78,62 @@ def test_tokenizer_round_trip_and_special_tokens(demo):
     text = "def add(a, b):\n    return a + b  # sum"
     assert tok.decode(tok.encode(text).ids) == text
     assert [tok.token_to_id(t) for t in ("<unk>", "<s>", "</s>")] == [0, 1, 2]
+
+
+def test_transformers_loads_weights_with_our_logits(demo):
+    """transformers' LlamaForCausalLM on the saved files computes the logits of demo_train's
+    forward pass: the tensor names and the layout (rotary halves, norms) are what HF expects."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from safetensors.torch import load_file
+
+    from benchkit.engines.demo_train import model_from_hf
+
+    ids = torch.tensor([[5, 300, 17, 1999, 42, 7, 7, 100]])
+    for path, cfg in ((demo.target, TARGET_CONFIG), (demo.draft, DRAFT_CONFIG)):
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+        ours = model_from_hf(cfg, load_file(str(path / WEIGHTS_NAME)))
+        with torch.no_grad():
+            torch.testing.assert_close(hf(ids).logits, ours(ids), rtol=1e-4, atol=1e-4)
+
+
+def test_training_is_deterministic_and_keyed_by_spec(tmp_path):
+    """The same spec trains bit-identical weights (seeded generator, fixed threads); another seed
+    gives other weights; the spec hash covers the training spec and the build is cached under it."""
+    from benchkit.engines.demo_models import corpus_token_ids, train_tokenizer
+
+    ids = corpus_token_ids(train_tokenizer())[:4000]
+    a_target, a_draft, report = train_pair(ids, TARGET_CONFIG, DRAFT_CONFIG, TINY)
+    b_target, b_draft, _ = train_pair(ids, TARGET_CONFIG, DRAFT_CONFIG, TINY)
+    assert a_target.keys() == b_target.keys() and a_draft.keys() == b_draft.keys()
+    assert all(a_target[k].equal(b_target[k]) for k in a_target)
+    assert all(a_draft[k].equal(b_draft[k]) for k in a_draft)
+    # the draft starts from the target's embeddings and LM head, then moves
+    assert not a_draft["lm_head.weight"].equal(a_target["lm_head.weight"])
+    c_target, _, _ = train_pair(ids, TARGET_CONFIG, DRAFT_CONFIG, TrainSpec(**{**TINY.as_dict(), "seed": 4}))
+    assert not c_target["model.embed_tokens.weight"].equal(a_target["model.embed_tokens.weight"])
+    # the draft's seeded noise: same target, another draft; norms (vectors) are left as they are
+    d_target, d_draft, _ = train_pair(ids, TARGET_CONFIG, DRAFT_CONFIG, TrainSpec(**{**TINY.as_dict(),
+                                                                                    "draft_noise": 0.0}))
+    assert all(d_target[k].equal(a_target[k]) for k in a_target)
+    assert not d_draft["model.layers.0.mlp.up_proj.weight"].equal(a_draft["model.layers.0.mlp.up_proj.weight"])
+    assert d_draft["model.norm.weight"].equal(a_draft["model.norm.weight"])
+    assert report.target_loss > 0 and 0 <= report.greedy_agreement <= 1
+
+    assert len({spec_hash(TINY), spec_hash(QUICK_TRAIN_SPEC), spec_hash(TRAIN_SPEC)}) == 3
+    assert default_train_spec() == QUICK_TRAIN_SPEC  # conftest sets DRAFTBOARD_DEMO_QUICK=1
+    first = build_demo_models(tmp_path, train=TINY)
+    assert is_complete(tmp_path, TINY) and not is_complete(tmp_path, QUICK_TRAIN_SPEC)
+    weights = (first.target / WEIGHTS_NAME).read_bytes()
+    assert read_marker(tmp_path)["weights_sha256"]["target"] == __import__("hashlib").sha256(weights).hexdigest()
+    (first.target / WEIGHTS_NAME).unlink()
+    build_demo_models(tmp_path, train=TINY)  # rebuilt: the same bytes
+    assert (first.target / WEIGHTS_NAME).read_bytes() == weights
+
+
+def test_train_pair_refuses_a_draft_of_another_width():
+    with pytest.raises(ValueError, match="hidden_size"):
+        train_pair(list(range(1000)), TARGET_CONFIG, {**DRAFT_CONFIG, "hidden_size": 128}, TINY)
 
 
 def test_transformers_loads_config_and_tokenizer(demo):
@@ -67,28 +151,32 @@ def test_transformers_loads_config_and_tokenizer(demo):
 
 
 def test_idempotent_and_rebuilds_when_incomplete(tmp_path):
-    first = build_demo_models(tmp_path)
+    first = build_demo_models(tmp_path, train=TINY)
     marker = (tmp_path / MARKER_NAME).read_text()
     mtime = (first.target / "tokenizer.json").stat().st_mtime_ns
-    again = build_demo_models(tmp_path)
+    again = build_demo_models(tmp_path, train=TINY)
     assert again == first
     assert (first.target / "tokenizer.json").stat().st_mtime_ns == mtime  # reused, not rewritten
     tokenizer = (first.target / "tokenizer.json").read_bytes()
 
     (first.draft / "config.json").unlink()
-    assert not is_complete(tmp_path)
-    build_demo_models(tmp_path)
-    assert is_complete(tmp_path)
+    assert not is_complete(tmp_path, TINY)
+    build_demo_models(tmp_path, train=TINY)
+    assert is_complete(tmp_path, TINY)
     assert (first.draft / "config.json").exists()
-    assert (tmp_path / MARKER_NAME).read_text() == marker
-    assert (first.target / "tokenizer.json").read_bytes() == tokenizer  # deterministic training
+    again = json.loads((tmp_path / MARKER_NAME).read_text())
+    again["report"].pop("target_seconds"), again["report"].pop("draft_seconds")
+    expected = json.loads(marker)
+    expected["report"].pop("target_seconds"), expected["report"].pop("draft_seconds")
+    assert again == expected  # same hashes, weights and losses: deterministic training
+    assert (first.target / "tokenizer.json").read_bytes() == tokenizer
 
     data = json.loads(marker)
     data["spec_hash"] = "0" * 64
     (tmp_path / MARKER_NAME).write_text(json.dumps(data))
-    assert not is_complete(tmp_path)
-    build_demo_models(tmp_path, force=False)
-    assert is_complete(tmp_path)
+    assert not is_complete(tmp_path, TINY)
+    build_demo_models(tmp_path, force=False, train=TINY)
+    assert is_complete(tmp_path, TINY)
 
 
 def _free_port() -> int:
@@ -100,8 +188,9 @@ def _free_port() -> int:
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_real_vllm_server_on_demo_models_with_draft_model(tmp_path, demo):
-    """Start vLLM's CPU build on the demo target with the demo draft model (dummy weights for
-    both), wait for readiness, get a 16-token completion and see the spec-decode counters."""
+    """Start vLLM's CPU build on the demo target with the demo draft model (their saved weights,
+    no dummy loading), wait for readiness, get a 16-token completion and see the spec-decode
+    counters."""
     from benchkit.engines.adapters import adapter_for
     from benchkit.engines.server import ManagedServer
     from benchkit.specs import ServerConfig
@@ -116,7 +205,6 @@ def test_real_vllm_server_on_demo_models_with_draft_model(tmp_path, demo):
         served_model_name="demo",
         dtype="float32",
         max_model_len=2048,
-        load_format="dummy",
     )
     port = _free_port()
     argv = adapter.build_argv(server, port, seed=0)

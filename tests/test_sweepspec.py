@@ -71,16 +71,19 @@ def test_demo_sweep_substitutes_placeholders():
     spec = load_sweep_file(SWEEPS / "demo.yaml", variables=DEMO_VARS)
     assert spec.placeholders() == set()
     runs = spec.expand()
-    # (auto + draft_model k=2, k=4 + ngram k=4) x concurrency 1, 4
-    assert len(runs) == 8
-    assert [v.label for v in spec.methods] == ["auto", "draft_model k=2", "draft_model k=4", "ngram k=4"]
+    # (auto + draft_model k=1, 2, 4, 8 + ngram k=4) x concurrency 1 x 3 repeats
+    assert len(runs) == 18 == spec.n_runs()
+    assert [v.label for v in spec.methods] == ["auto", "draft_model k=1", "draft_model k=2", "draft_model k=4",
+                                               "draft_model k=8", "ngram k=4"]
+    assert [r.repeat_index for r in runs[:3]] == [0, 1, 2] and runs[0].server == runs[2].server  # one start
     assert {r.server.model for r in runs} == {"/tmp/demo/target"}
     assert {r.server.drafter for r in runs if r.server.method == "draft_model"} == {"/tmp/demo/draft"}
-    assert all(
-        r.server.load_format == "dummy" and r.server.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} for r in runs
+    assert all(  # the trained weights are loaded: no dummy weights
+        r.server.load_format != "dummy" and r.server.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} for r in runs
     )
     assert all(
-        r.workload.ignore_eos and r.workload.output_len == 128 and r.workload.num_prompts == 16 for r in runs
+        r.workload.ignore_eos and r.workload.output_len == 128 and r.workload.num_prompts == 16
+        and r.workload.temperature == 0.0 for r in runs
     )
     assert {r.port for r in runs} == {None}  # no `port:` in the file: free ports are chosen at run time
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import io
 import secrets
+import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 from django.conf import settings
@@ -22,11 +24,11 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from benchkit.compare.speedups import compute_speedups
-from benchkit.engines.demo_models import build_demo_models
+from benchkit.compare.speedups import AUTO, DECODE, END_TO_END, Ratio, compute_speedups
+from benchkit.engines.demo_models import build_demo_models, read_marker
 from runs import localstack, selectors
-from runs.models import Sweep
-from runs.services import sweeps
+from runs.models import LosslessCheck, Sweep
+from runs.services import lossless, sweeps
 from runs.services.hosts import get_or_create_host, record_inventory
 
 #: What a user can do about a failure reason (codes from benchkit.hosts.preflight and
@@ -67,8 +69,12 @@ class Command(BaseCommand):
         snap = record_inventory(host)
         out.write(f"host {host.name}: {snap.gpu_count} GPU(s) {snap.gpu_name or '(CPU only)'}")
         models_dir = Path(settings.DRAFTBOARD_MODELS_DIR)
+        t0 = time.monotonic()
         demo = build_demo_models(models_dir)
-        out.write(f"demo models (random weights) in {models_dir}")
+        report = read_marker(models_dir).get("report", {})
+        out.write(f"demo models (trained locally; {time.monotonic() - t0:.0f} s) in {models_dir}: target loss "
+                  f"{report.get('target_loss', float('nan')):.2f} nats/token, draft agrees with the target's "
+                  f"greedy token at {100 * report.get('greedy_agreement', float('nan')):.0f} % of held-out positions")
         try:
             broker = localstack.ensure_redis(settings.CELERY_BROKER_URL, var)
         except localstack.LocalStackError as exc:
@@ -84,6 +90,7 @@ class Command(BaseCommand):
         out.write(f"sweep {sweep.pk} queued: {sweep.runs.count()} runs on queue {host.queue}")
         if not opts["no_wait"]:
             self._wait(sweep, opts["timeout"], var)
+            self._await_lossless(sweep)
             self._summary(sweep)
             self._require_a_success(sweep, url, var)
         out.write("")
@@ -146,19 +153,64 @@ class Command(BaseCommand):
         lines.append(f"runs: {url}/sweeps/{sweep.pk}/   worker log: {var / 'logs' / 'worker.log'}")
         raise CommandError("\n".join(lines))
 
+    def _await_lossless(self, sweep: Sweep, timeout_s: float = 60.0) -> None:
+        """Wait for the worker's lossless check of `sweep` (queued when its last run finished):
+        until every counted speculative run has a LosslessCheck row, at most `timeout_s`; then
+        compute the check here (idempotent, runs.services.lossless.check_sweep)."""
+        spec_runs = sweep.runs.counted().exclude(method=AUTO).count()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if LosslessCheck.objects.filter(run__sweep=sweep).count() >= spec_runs:
+                return
+            time.sleep(1.0)
+        lossless.check_sweep(sweep.pk)
+
     def _summary(self, sweep: Sweep) -> None:
+        """Print one line per configuration and concurrency: runs, median output tok/s, decode and
+        end-to-end speedup over `auto` with their 95 % bootstrap intervals (>= 3 repeats), median
+        tau, the median acceptance rate per draft position, and the lossless verdicts."""
         runs = list(selectors.sweep_runs(sweep))
-        speedups = compute_speedups(selectors.counted_points(runs))
-        by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
-        self.stdout.write("")
-        self.stdout.write(f"{'run':>5} {'method':<16} {'conc':>4} {'state':<10} {'out tok/s':>10} {'speedup':>8} "
-                          f"{'tau':>6}")
+        speedups = compute_speedups(selectors.counted_points(runs), figures=(DECODE, END_TO_END))
+        by_key = {(sp.label, sp.point.concurrency): sp for sp in speedups}
+        groups: dict[tuple[str, int], list] = {}
         for r in runs:
-            m = r.metrics if r.counts else None
-            sp = by_run.get(r.pk)
-            tps = f"{m.output_throughput_tok_s:.1f}" if m and m.output_throughput_tok_s is not None else ""
-            speedup = f"{sp.value:.2f}x" if sp and sp.value is not None else ""
-            tau = f"{m.acceptance_length:.2f}" if m and m.acceptance_length is not None else ""
-            state = r.state if not r.failure_reason else f"{r.state}:{r.failure_reason}"
-            self.stdout.write(f"{r.pk:>5} {r.method_label:<16} {r.concurrency:>4} {state:<10} {tps:>10} {speedup:>8} "
-                              f"{tau:>6}")
+            groups.setdefault((r.method_label, r.concurrency), []).append(r)
+        failed = [r for r in runs if not r.counts]
+        out = self.stdout
+        out.write("")
+        not_counted = ", ".join(f"{r.pk} ({r.state}:{r.failure_reason or '-'})" for r in failed)
+        out.write(f"sweep {sweep.pk}: {len(runs) - len(failed)} of {len(runs)} runs counted"
+                  + (f"; not counted: {not_counted}" if failed else ""))
+        out.write("decode speedup = auto median TPOT / config median TPOT; end-to-end = output tok/s ratio; "
+                  "[95% bootstrap CI over repeats]; tau = tokens per target step; acc/pos = acceptance rate per "
+                  "draft position")
+        head = (f"{'config':<16} {'conc':>4} {'runs':>4} {'out tok/s':>9} {'decode speedup':>20} "
+                f"{'end-to-end':>20} {'tau':>5}  {'acc/pos':<24} lossless")
+        out.write(head)
+        for (label, conc), rs in groups.items():
+            counted = [r for r in rs if r.counts]
+            sp = by_key.get((label, conc))
+            tps = [r.metrics.output_throughput_tok_s for r in counted
+                   if r.metrics.output_throughput_tok_s is not None]
+            taus = [r.metrics.acceptance_length for r in counted if r.metrics.acceptance_length is not None]
+            pos = [r.metrics.per_position_acceptance_rate for r in counted if r.metrics.per_position_acceptance_rate]
+            per_pos = " ".join(f"{statistics.median(v):.2f}" for v in zip(*pos, strict=False)) if pos else ""
+            verdicts = Counter(getattr(getattr(r, "lossless", None), "verdict", "") or "" for r in counted)
+            verdict = ("baseline" if label == AUTO else
+                       ", ".join(f"{v or 'none'} {n}/{len(counted)}" for v, n in sorted(verdicts.items())))
+            out.write(f"{label:<16} {conc:>4} {len(counted):>4} "
+                      f"{statistics.median(tps) if tps else float('nan'):>9.1f} "
+                      f"{_ratio(sp.ratios[DECODE.name]) if sp else '':>20} "
+                      f"{_ratio(sp.ratios[END_TO_END.name]) if sp else '':>20} "
+                      f"{f'{statistics.median(taus):.2f}' if taus else '':>5}  {per_pos[:24]:<24} {verdict}")
+
+
+def _ratio(r: Ratio) -> str:
+    """`1.23x [1.10-1.31]`, `1.23x` without an interval, `-` when there is no number, and
+    `- (median 0)` when either side's median is 0 (a median TPOT of 0: most requests got every
+    token in their first message, so there is no decode time to compare)."""
+    if r.median == 0 or r.baseline_median == 0:
+        return "- (median 0)"
+    if r.value is None:
+        return "-"
+    return f"{r.value:.2f}x" + (f" [{r.ci95[0]:.2f}-{r.ci95[1]:.2f}]" if r.ci95 else "")

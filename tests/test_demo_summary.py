@@ -1,0 +1,46 @@
+"""`manage.py demo`'s printed table: per configuration, decode and end-to-end speedups with their
+bootstrap intervals (3 repeats), tau, acceptance per draft position and the lossless verdicts."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from runs.management.commands.demo import Command, _ratio
+from runs.models import LosslessCheck
+from tests.factories import finish_run, make_run, make_sweep
+
+pytestmark = pytest.mark.django_db
+
+
+def test_table_shows_decode_speedup_ci_tau_and_lossless():
+    sweep = make_sweep(is_demo=True)
+    for rep, gap in enumerate((10.0, 10.5, 9.5)):
+        finish_run(make_run(sweep, "auto", repeat=rep), gap_ms=gap)
+    for rep, gap in enumerate((6.0, 6.2, 5.8)):
+        run = finish_run(make_run(sweep, "draft_model", k=2, repeat=rep), gap_ms=gap, spec_decode={
+            "acceptance_length": 2.4 + rep / 100, "per_position_acceptance_rate": [0.8, 0.6]})
+        LosslessCheck.objects.create(run=run, verdict="lossless" if rep else "beyond_floor", sentence="x")
+    out = io.StringIO()
+    cmd = Command(stdout=out)
+    cmd._summary(sweep)
+    text = out.getvalue()
+    assert "sweep" in text and "6 of 6 runs counted" in text
+    line = next(x for x in text.splitlines() if x.startswith("draft_model k=2"))
+    # decode speedup = auto median TPOT (10 ms) / config median TPOT (6 ms), with its interval
+    assert "1.67x [" in line
+    assert " 2.41 " in line and "0.80 0.60" in line
+    assert "beyond_floor 1/3" in line and "lossless 2/3" in line
+    auto = next(x for x in text.splitlines() if x.startswith("auto"))
+    assert "1.00x" in auto and "baseline" in auto
+
+
+def test_ratio_formats():
+    from benchkit.compare.speedups import Ratio
+
+    assert _ratio(Ratio()) == "-"
+    assert _ratio(Ratio(value=1.234)) == "1.23x"
+    assert _ratio(Ratio(value=1.234, ci95=(1.1, 1.3))) == "1.23x [1.10-1.30]"
+    # the baseline's median TPOT is 0 (everything in the first message): no 0.00x drawn as data
+    assert _ratio(Ratio(value=0.0, ci95=(0.0, 0.0), median=1.6, baseline_median=0.0)) == "- (median 0)"
