@@ -29,7 +29,7 @@ def bad_query(exc: QueryError) -> HttpResponse:
     return HttpResponse(f"bad query: {exc}\n", status=400, content_type="text/plain; charset=utf-8")
 
 
-def _sweep_points(request: HttpRequest, pk: int, metric_fields=figures.POINT_METRICS,
+def _sweep_points(request: HttpRequest, pk: int, metric_fields=figures.SWEEP_POINT_FIELDS,
                   prices: dict[str, float | None] | None = None) -> tuple[Selection, list[dict], list[Point]]:
     """(selection, dimension rows, figure points with `metric_fields`, priced when `prices` are
     given) of a sweep page request; QueryError names a bad query parameter. Without filters the
@@ -71,7 +71,8 @@ def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
     (codespeed style: a data endpoint per chart page); `points=1` adds the point table."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
     try:
-        selection, _, points = _sweep_points(request, pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS,
+        selection, _, points = _sweep_points(request, pk, tuple(dict.fromkeys(figures.SWEEP_POINT_FIELDS
+                                                                          + figures.EFFICIENCY_POINT_FIELDS)),
                                              selectors.gpu_prices())
     except QueryError as exc:
         return bad_query(exc)
