@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, render
 from analysis import dashboard, exports, figures, filters, history
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
+from benchkit.compare import verdicts
 from benchkit.hosts.topology import TopoMatrix
 from benchkit.point import SPEED_FIELD, Point
 from runs import selectors
@@ -187,7 +188,8 @@ def _sweep_or_404(pk: int | None) -> Sweep | None:
 def _home_context() -> dict:
     latest = selectors.latest_per_series(limit=HOME_SERIES_LIMIT)
     ids = [s.pk for s in latest]
-    points = selectors.history_points(ids, (SPEED_FIELD,), snapshots={})
+    points = selectors.history_points(ids, tuple(dict.fromkeys((SPEED_FIELD, *verdicts.EXCLUSION_FIGURES))),
+                                      snapshots={})
     return history.build_home(latest, selectors.state_counts_by_sweep(ids), points,
                               selectors.open_regression_flags(limit=history.ROW_LIMIT))
 
