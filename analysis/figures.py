@@ -290,9 +290,10 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
                 out_note = ("<br>excluded: " + "; ".join(f"run {p.run_id}: {why}" for p, why in out[:4])
                             + (f" (+{len(out) - 4})" if len(out) > 4 else "")) if out else ""
                 if sp is None and out:
-                    zr.append(None), tr.append("excluded")
+                    mark = lossless_mark(p for p, _ in out)
+                    zr.append(None), tr.append((f"{mark.symbol} " if mark else "") + "excluded")
                     hr.append(f"<b>{lab} · TP{tp} · concurrency {shown(conc)}</b><br>no speedup: every run "
-                              f"excluded{out_note}")
+                              f"excluded{out_note}" + (f"<br>{mark.symbol} {mark.text}" if mark else ""))
                     cr.append({"runs": [p.run_id for p, _ in out], "excluded": True})
                     shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": c_i - 0.46, "x1": c_i + 0.46,
                                    "y0": r_i - 0.44, "y1": r_i + 0.44,
