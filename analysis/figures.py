@@ -470,8 +470,9 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
     if notes:
         subtitle += " — " + "; ".join(notes)
     subtitle += ". decode speedup = τ ÷ relative step cost (the heatmap's decode speedup)."
+    excluded_note = ""
     if excluded:
-        subtitle += (" Excluded (never drawn): "
+        excluded_note = (" Excluded (never drawn): "
                      + "; ".join(f"{p.label} TP{p.tp} c{shown(p.concurrency)} run {p.run_id}: {why}"
                                  for p, why in excluded[:4]) + (f"; +{len(excluded) - 4} more" if len(excluded) > 4
                                                                  else "") + ".")
@@ -481,7 +482,7 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
     shapes = [{"type": "line", "xref": f"{xr} domain", "yref": yr, "x0": 0, "x1": 1, "y0": 1, "y1": 1,
                "line": {"color": "#888", "dash": "dot"}} for (_, _), (xr, yr) in refs]
     return _figure(data, _layout(60 + 260 * len(tps), annotations=annotations, shapes=shapes, legend=legend,
-                                 **layout), title, subtitle + _why_caption(said))
+                                 **layout), title, subtitle + _why_caption(said) + excluded_note)
 
 
 def _verdict(tp: int, labels: list[str], tau_s: list, tau_c: list, costs: list, decodes: list) -> str:
