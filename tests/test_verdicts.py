@@ -228,3 +228,18 @@ def test_decode_speedup_equals_tau_over_relative_step_cost_for_every_stored_poin
         if p.label != "auto":
             base = sorted(ar[p.match_key()])[len(ar[p.match_key()]) // 2]
             assert p.acceptance_length / costs[p.run_id] == pytest.approx(base / p.median_tpot_ms, rel=1e-9)
+
+
+def test_excluded_points_are_listed_and_drawn_hollow_in_tp_scaling():
+    pts = issue_shape()
+    assert dashboard.excluded_rows(pts, Selection()) == [
+        {"run_id": 4, "label": "ngram k=4", "tp": 1, "concurrency": 1, "output_len": 128,
+         "reason": verdicts.exclusion_reason(pts[3])}]
+    tp2 = [p.replace(tp=2, run_id=p.run_id + 10) for p in pts]
+    kept, reasons = verdicts.split_excluded(pts + tp2)
+    fig = figures.tp_scaling_figure(kept, excluded=[(p, reasons[p.run_id]) for p in pts + tp2 if p.run_id in reasons])
+    assert {t["name"] for t in fig["data"] if not t["meta"].get("excluded")} == {"auto", "draft_model k=2",
+                                                                                  "draft_model k=4"}
+    (hollow,) = [t for t in fig["data"] if t["meta"].get("excluded")]
+    assert hollow["marker"]["symbol"] == "circle-open" and hollow["x"] == ["TP1", "TP2"]
+    assert all("excluded, median TPOT 0 ms" in h for h in hollow["hovertext"])
