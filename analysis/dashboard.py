@@ -8,9 +8,9 @@ from typing import Any
 
 from analysis import figures
 from analysis.filters import QueryError, Selection
-from benchkit.compare import lossless
+from benchkit.compare import lossless, verdicts
 from benchkit.compare.lossless import lossless_mark
-from benchkit.compare.speedups import Speedup, best_by, compute_speedups, inconsistent_gpu_tps
+from benchkit.compare.speedups import DECODE, END_TO_END, Speedup, compute_speedups, inconsistent_gpu_tps
 from benchkit.compare.stats import median
 from benchkit.measure.gpu_validity import bit_names
 from benchkit.measure.gpu_window import NO_GPUS_NOTE
@@ -29,11 +29,23 @@ SWEEP_FIGURES = ("speedup", "decomposition", "tp_scaling", "tradeoff")
 POINT_TABLE = ("run_id", "label", *SHAPE_FIELDS, "repeat_index", *figures.POINT_METRICS)
 
 
+#: The speedups every sweep page and export computes (benchkit.compare.speedups: both named).
+SPEEDUP_FIGURES = (END_TO_END, DECODE)
+
+
+def verdict_speedups(points: list[Point], baseline: str = "auto") -> tuple[list[Speedup], dict[int, str]]:
+    """(speedups vs `baseline` with both ratios, over the points that may feed a verdict;
+    {run id: exclusion reason} of the others: benchkit.compare.verdicts.split_excluded)."""
+    kept, excluded = verdicts.split_excluded(points)
+    return compute_speedups(kept, baseline, figures=SPEEDUP_FIGURES), excluded
+
+
 def sweep_results(runs, prices: dict[str, float | None] | None = None) -> tuple[list[Point], list[Speedup]]:
     """(points, speedups vs auto) of a sweep's counted runs (loaded Run rows; only succeeded runs
-    count), priced at `prices` when given. Used by the exports."""
+    count), priced at `prices` when given; the speedups (decode and end-to-end) leave the
+    excluded points out (`verdict_speedups`). Used by the exports."""
     points = counted_points(runs, prices)
-    return points, compute_speedups(points)
+    return points, verdict_speedups(points)[0]
 
 
 def _decoding(d: dict[str, Any]) -> tuple:
@@ -66,18 +78,25 @@ def sweep_figures(points: list[Point], selection: Selection) -> tuple[dict[str, 
     """({figure key: figure dict} of SWEEP_FIGURES, speedups) for the points of a selection.
 
     `points` may hold the baseline's and auto's runs beyond the method filter (Selection.load_kwargs);
-    speedups are computed over all of them, the figures show the selected configurations (the
-    heatmap also the baseline's row)."""
-    speedups = compute_speedups(points, selection.baseline)
+    speedups are computed over all of them but the excluded ones (`verdict_speedups`), the
+    figures show the selected configurations (the heatmap also the baseline's row); excluded
+    points are drawn hollow with their reason (heatmap, TP scaling) or named in the caption
+    (decomposition, trade-off), never used. The heatmap shows `selection.speedup`."""
+    speedups, reasons = verdict_speedups(points, selection.baseline)
     by_run = {p.run_id: p for p in points}
-    shown = [p for p in points if selection.shows(p)]
+    shown = [p for p in points if selection.shows(p) and p.run_id not in reasons]
+    excluded = [(p, reasons[p.run_id]) for p in points if p.run_id in reasons
+                and (selection.shows(p) or p.label == selection.baseline)]
     shown_sp = [sp for sp in speedups if sp.label == selection.baseline or selection.shows(sp.point)]
     figs = {
-        "speedup": figures.speedup_heatmap(shown_sp, by_run, selection.baseline),
-        "decomposition": figures.decomposition_figure([p for p in points if selection.shows(p)
-                                                       or p.method == "auto"]),
-        "tp_scaling": figures.tp_scaling_figure(shown),
-        "tradeoff": figures.tradeoff_figure(shown),
+        "speedup": figures.speedup_heatmap(shown_sp, by_run, selection.baseline, choice=selection.speedup,
+                                           excluded=excluded),
+        "decomposition": figures.decomposition_figure([p for p in points if p.run_id not in reasons
+                                                       and (selection.shows(p) or p.method == "auto")],
+                                                      speedups=speedups if selection.baseline == "auto" else None,
+                                                      excluded=excluded),
+        "tp_scaling": figures.tp_scaling_figure(shown, excluded=excluded),
+        "tradeoff": figures.tradeoff_figure(shown, excluded=excluded),
     }
     return figs, speedups
 
@@ -91,15 +110,19 @@ def sweep_data(sweep, points: list[Point], selection: Selection, with_points: bo
     the points need figures.EFFICIENCY_POINT_FIELDS and the priced figures: runs.selectors.figure_points
     with prices)."""
     figs, _ = sweep_figures(points, selection)
-    shown = [p for p in points if selection.shows(p)]
+    reasons = {p.run_id: verdicts.exclusion_reason(p) for p in points}
+    shown = [p for p in points if selection.shows(p) and not reasons[p.run_id]]
+    excluded = [(p, reasons[p.run_id]) for p in points if selection.shows(p) and reasons[p.run_id]]
     out: dict[str, Any] = {
         "sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo},
         "selection": {"tp": selection.tp, "concurrency": selection.concurrency, "output_len": selection.output_len,
-                      "method": selection.method, "host": selection.host, "baseline": selection.baseline},
+                      "method": selection.method, "host": selection.host, "baseline": selection.baseline,
+                      "speedup": selection.speedup},
+        "excluded": excluded_rows(points, selection),
         "figures": figs,
         "inconsistent_tps": inconsistent_gpu_tps(points),
         "throughput_y": {"options": [{"key": k, "label": v[1]} for k, v in figures.THROUGHPUT_Y.items()],
-                         "figures": figures.throughput_figures(shown)},
+                         "figures": figures.throughput_figures(shown, excluded)},
     }
     if with_points:
         out["points"] = {"columns": POINT_TABLE,
@@ -107,45 +130,73 @@ def sweep_data(sweep, points: list[Point], selection: Selection, with_points: bo
     return out
 
 
+def excluded_rows(points: list[Point], selection: Selection) -> list[dict[str, Any]]:
+    """The selected points excluded from verdicts (benchkit.compare.verdicts.exclusion_reason):
+    [{"run_id", "label", "tp", "concurrency", "output_len", "reason"}], in the points' order."""
+    out = []
+    for p in points:
+        if selection.shows(p) or p.label == selection.baseline:
+            why = verdicts.exclusion_reason(p)
+            if why:
+                out.append({"run_id": p.run_id, "label": p.label, "tp": p.tp, "concurrency": p.concurrency,
+                            "output_len": p.output_len, "reason": why})
+    return out
+
+
 def headline(speedups: list[Speedup], points: list[Point], selection: Selection) -> dict[str, Any] | None:
     """The answer in words, at the largest output length selected: per TP degree and concurrency
-    level the fastest configuration relative to the baseline (`best_by`: by speed), and per
-    concurrency level the fastest (configuration, TP) in output tok/s. None without points.
+    level the verdict over the configurations (the baseline included) by the speedup the
+    selection chooses (benchkit.compare.verdicts.figure_for: decode at concurrency 1, end-to-end
+    above it by default), named only beyond noise (benchkit.compare.verdicts.verdict: a winner,
+    a tie within noise, or "single runs: no verdict" with the ranking greyed); and per concurrency
+    level the highest output tok/s (configuration, TP), named only when separated from the
+    runner-up (`verdicts.separated`). `speedups` must leave the excluded points out
+    (`verdict_speedups`); excluded points never appear here. None without points.
 
     A named configuration whose outputs differ from AR's carries its lossless mark
-    (benchkit.compare.lossless.lossless_mark, or None): never named fastest without it.
+    (benchkit.compare.lossless.lossless_mark): never named fastest without it.
 
-    {"output_len", "concurrency": [c...], "rows": [{"tp", "cells": [(Speedup, mark) | (None, None)
-     per c]}], "fastest": [{"concurrency", "label", "tp", "tok_s", "runs", "mark"}]}"""
-    shown = [p for p in points if selection.shows(p)]
+    {"output_len", "baseline", "choice" (the sentence saying which speedup is shown),
+     "concurrency": [c...], "figures": [SpeedupFigure per c], "rows": [{"tp", "cells": [Verdict
+     per c]}], "fastest": [{"concurrency", "label", "tp", "tok_s", "runs", "mark", "kind",
+     "runner_up"}]}"""
+    by_run = {p.run_id: p for p in points}
+    shown = [p for p in points if selection.shows(p) and not verdicts.exclusion_reason(p)]
     if not shown:
         return None
     out_len = figures.highest(p.output_len for p in shown)
-    sps = [sp for sp in speedups if sp.point.output_len == out_len and sp.label != selection.baseline
-           and selection.shows(sp.point)]
-    best = best_by(sps, lambda sp: (sp.point.tp, sp.point.concurrency))
+    sps = [sp for sp in speedups if sp.point.output_len == out_len
+           and (sp.label == selection.baseline or selection.shows(sp.point))]
     concs = sorted({p.concurrency for p in shown if p.output_len == out_len}, key=figures.nulls_last)
     tps = sorted({p.tp for p in shown if p.output_len == out_len})
-    by_run = {p.run_id: p for p in points}
-
-    def marked(sp: Speedup | None) -> tuple:
-        return (sp, sp and lossless_mark(by_run[r] for r in sp.run_ids if r in by_run))
-
-    rows = [{"tp": tp, "cells": [marked(best.get((tp, c))) for c in concs]} for tp in tps]
+    figs = [verdicts.figure_for(selection.speedup, c) for c in concs]
+    cells: dict[tuple, list[Speedup]] = defaultdict(list)
+    for sp in sps:
+        cells[(sp.point.tp, sp.point.concurrency)].append(sp)
+    rows = [{"tp": tp, "cells": [verdicts.verdict(cells.get((tp, c), []), fig, by_run)
+                                 for c, fig in zip(concs, figs, strict=True)]} for tp in tps]
     medians: dict[tuple, list[Point]] = defaultdict(list)
     for p in shown:
         if p.output_len == out_len and getattr(p, SPEED_FIELD) is not None:
             medians[(p.concurrency, p.label, p.tp)].append(p)
     fastest = []
     for c in concs:
-        cands = [(median(getattr(q, SPEED_FIELD) for q in ps), lab, tp, [q.run_id for q in ps])
-                 for (cc, lab, tp), ps in medians.items() if cc == c]
-        if cands:
-            tok_s, lab, tp, runs = max(cands, key=lambda t: t[0])
-            fastest.append({"concurrency": c, "label": lab, "tp": tp, "tok_s": tok_s, "runs": runs,
-                            "mark": lossless_mark(by_run[r] for r in runs)})
-    return {"output_len": out_len, "concurrency": concs, "rows": rows, "fastest": fastest,
-            "baseline": selection.baseline}
+        cands = sorted(((median(getattr(q, SPEED_FIELD) for q in ps), lab, tp, ps)
+                        for (cc, lab, tp), ps in medians.items() if cc == c), key=lambda t: -t[0])
+        if not cands:
+            continue
+        tok_s, lab, tp, ps = cands[0]
+        kind, runner = verdicts.WINNER, None
+        if len(cands) > 1:
+            runner = f"TP{cands[1][2]} · {cands[1][1]}"
+            sep = verdicts.separated([getattr(q, SPEED_FIELD) for q in ps],
+                                     [getattr(q, SPEED_FIELD) for q in cands[1][3]])
+            kind = verdicts.SINGLE if sep is None else verdicts.WINNER if sep else verdicts.TIE
+        runs = [q.run_id for q in ps]
+        fastest.append({"concurrency": c, "label": lab, "tp": tp, "tok_s": tok_s, "runs": runs, "kind": kind,
+                        "runner_up": runner, "mark": lossless_mark(by_run[r] for r in runs)})
+    return {"output_len": out_len, "concurrency": concs, "figures": figs, "rows": rows, "fastest": fastest,
+            "baseline": selection.baseline, "choice": verdicts.choice_sentence(selection.speedup)}
 
 
 def config_table(state_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,10 +267,15 @@ def build_sweep_page(points: list[Point], dims: list[dict[str, Any]], selection:
                      state_rows: list[dict[str, Any]], failures: dict[str, int]) -> dict[str, Any]:
     """Context of the sweep page besides its figures (which the page's script reads from the
     JSON endpoint): the headline, the per-configuration run table, the filter form, the
-    failure summary and the GPU-consistency flag."""
-    speedups = compute_speedups(points, selection.baseline)
+    failure summary and the GPU-consistency flag; the excluded points (`excluded_rows`) and the
+    page's line about them (benchkit.compare.verdicts.excluded_line); the speedup choices."""
+    speedups, reasons = verdict_speedups(points, selection.baseline)
+    excluded = [p for p in points if p.run_id in reasons and (selection.shows(p) or p.label == selection.baseline)]
     return {
         "headline": headline(speedups, points, selection),
+        "excluded_line": verdicts.excluded_line(excluded, reasons),
+        "speedup_choices": [{"value": k, "text": v, "selected": k == selection.speedup}
+                            for k, v in verdicts.SPEEDUP_CHOICES.items()],
         "config_table": config_table(state_rows),
         "legend": config_legend(dims),
         "progress_counts": progress_of(state_rows),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from benchkit.compare import verdicts
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
 from benchkit.measure.metrics import METRICS, SUMMARY_FIELDS
@@ -32,11 +33,15 @@ _POINT_COLUMNS = ("run_id", "label", *SHAPE_FIELDS)
 _FIGURE_COLUMNS = (*(f.name for f in SUMMARY_FIELDS), *EFFICIENCY_COLUMNS, *PRICED_FIGURES)
 #: The point's lossless verdict (benchkit.compare.lossless; empty for an `auto` run, the baseline).
 LOSSLESS_COLUMNS = GROUPS["lossless"]
-#: (column key, header): the point's values, its speedup and the baseline runs, its lossless
+#: (column key, header): the point's values, its two speedups (end-to-end and decode, both named;
+#: benchkit.compare.speedups) and the baseline runs, why it is excluded from verdicts when it is
+#: (benchkit.compare.verdicts.exclusion_reason; its speedups are then empty), its lossless
 #: verdict, then its figures.
 COLUMNS = [
     ("run_id", HEADERS["run_id"]), ("label", "method"), *((f, HEADERS[f]) for f in SHAPE_FIELDS),
-    ("speedup", "speedup"), ("baseline_run_ids", "baseline run"),
+    ("speedup", "end-to-end speedup (output tok/s ratio)"),
+    ("decode_speedup", "decode speedup (baseline median TPOT / median TPOT)"), ("baseline_run_ids", "baseline run"),
+    ("excluded", "excluded from verdicts (why)"),
     *((f, HEADERS[f]) for f in LOSSLESS_COLUMNS),
     *((f.name, f.header) for f in SUMMARY_FIELDS),
     *((name, METRICS[name].header) for name in EFFICIENCY_COLUMNS),
@@ -46,9 +51,11 @@ COLUMNS = [
 
 
 def sweep_table(points: list[Point], speedups: list[Speedup]) -> pd.DataFrame:
-    """One row per counted run: configuration, figures, the speedup of its configuration
-    (median over repeats) and the baseline runs it was computed against. The points need every
-    figure of COLUMNS, the priced ones included."""
+    """One row per counted run: configuration, figures, the end-to-end and decode speedups of its
+    configuration (medians over repeats; `speedups` from analysis.dashboard.verdict_speedups, which
+    leaves excluded points out) and the baseline runs they were computed against, and the
+    exclusion reason ("" when the run feeds verdicts). The points need every figure of COLUMNS,
+    the priced ones included."""
     by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
     rows = []
     for p in points:
@@ -56,11 +63,17 @@ def sweep_table(points: list[Point], speedups: list[Speedup]) -> pd.DataFrame:
         rows.append({
             **{k: getattr(p, k) for k in (*_POINT_COLUMNS, *LOSSLESS_COLUMNS, *_FIGURE_COLUMNS)},
             "speedup": round(sp.value, 4) if sp and sp.value is not None else None,
+            "decode_speedup": _rounded(sp.ratios.get("decode") if sp else None),
+            "excluded": verdicts.exclusion_reason(p),
             "baseline_run_ids": " ".join(map(str, sp.baseline_run_ids)) if sp else "",
         })
     table = pd.DataFrame(rows, columns=[k for k, _ in COLUMNS])
     # whole numbers stay whole beside an unknown one (an imported run whose file did not say)
     return table.astype({k: "Int64" for k in WORKLOAD_COLUMNS})
+
+
+def _rounded(ratio: Any) -> float | None:
+    return round(ratio.value, 4) if ratio is not None and ratio.value is not None else None
 
 
 #: Workload columns an imported run may not know (NULL: "not in the file").

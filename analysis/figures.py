@@ -23,20 +23,24 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from analysis.display import stated_text, workload_text
+from benchkit.compare import verdicts
 from benchkit.compare.lossless import MARK, lossless_mark
-from benchkit.compare.speedups import Speedup, best_by, relative_step_costs
+from benchkit.compare.speedups import DECODE, MIN_REPEATS_FOR_CI, Speedup, compute_speedups
 from benchkit.compare.stats import median
 from benchkit.methods import config_order as _method_order
 from benchkit.point import SPEED_FIELD, Point
 
 #: WindowMetrics fields the sweep figures read (runs.selectors.figure_points loads only these).
 POINT_METRICS = (SPEED_FIELD, "median_tpot_ms", "median_ttft_ms", "acceptance_length", "mean_tokens_per_chunk")
+#: What the sweep page loads per point: POINT_METRICS and the figures the exclusion rules read
+#: (benchkit.compare.verdicts.EXCLUSION_FIGURES).
+SWEEP_POINT_FIELDS = tuple(dict.fromkeys((*POINT_METRICS, *verdicts.EXCLUSION_FIGURES)))
 #: WindowMetrics fields the throughput figure's other y-axes need (cost is priced from the last
 #: two when read: runs.selectors.figure_points with prices).
 EFFICIENCY_POINT_FIELDS = ("output_tok_s_per_gpu", "energy_per_output_token_j", "duration_s", "total_output_tokens")
@@ -211,80 +215,131 @@ def _selection_note(points: list[Point], field: str, chosen: Any, what: str) -> 
 # speedup heatmap
 
 
-def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], baseline: str) -> dict[str, Any]:
-    """Heatmaps of speedup vs `baseline`: one panel per (concurrency, output length), rows =
-    decoding configuration (`config_order`, baseline first), columns = TP degree.
-
-    A cell's text is the speedup (`6.50×`) over its 95 % CI or "single run" (or the repeat
-    count); a cell without a number (no matched baseline run, unknown tok/s) is blank with
-    "no number" and its reason on hover. The best cell of each column (highest speedup,
-    `best_by`) starts with ★ and is outlined. Hover: speedup, output tok/s of both sides, tau,
-    the runs and the baseline runs used. A cell whose configuration's outputs differ from AR's
-    (benchkit.compare.lossless.lossless_mark over its runs: beyond the AR noise floor, or with no
-    floor to judge) gets MARK (≠) beside its number and the verdict on hover. customdata per
-    cell: {"runs": [ids]}. Each trace's `meta` holds its panel: {"concurrency", "output_len"}.
-    """
-    title = f"Speedup vs {baseline} per configuration and TP degree (★ = fastest of each TP)"
-    subtitle = (f"cell = output tok/s ÷ that of the matched {baseline} run (same engine build, model, GPUs, TP and "
-                f"workload); 95% CI over repeats, else 'single run'; {MARK} = outputs differ from AR's (lossless "
-                "check, hover)")
-    with_number = [sp for sp in speedups if sp.value is not None]
-    if not with_number:
-        reasons = sorted({sp.reason for sp in speedups if sp.reason})
-        why = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:3])
-        return empty(title, f"No speedup to show: {why or 'no counted runs'}. A speedup needs a {baseline} run "
-                            "with the same engine build, model, GPUs, TP and workload (MEASUREMENT.md).")
-    first = {sp.label: sp.point for sp in speedups}
-    labels = sorted(first, key=lambda lab: (lab != baseline, config_order(first[lab])))
-    panels = sorted({(sp.point.concurrency, sp.point.output_len) for sp in speedups},
-                    key=lambda cl: (nulls_last(cl[0]), nulls_last(cl[1])))
-    tps = sorted({sp.point.tp for sp in speedups})
-    several_len = len({ol for _, ol in panels}) > 1
+def cell_speedups(speedups: Iterable[Speedup]) -> dict[tuple, Speedup]:
+    """{(concurrency, output length, label, TP): Speedup}: one per heatmap cell; where several
+    match keys fall in one cell (other GPUs / engine version), the fullest (a number first, then
+    the most repeats). The decomposition reads the same cells, so both show one figure."""
     cells: dict[tuple, Speedup] = {}
     for sp in speedups:
         cell = (sp.point.concurrency, sp.point.output_len, sp.label, sp.point.tp)
         have = cells.get(cell)
         if have is None or (have.value is None and sp.value is not None) or sp.n_repeats > have.n_repeats:
-            cells[cell] = sp  # several match keys in one cell (other GPUs / engine version): the fullest
-    best = best_by(cells.values(), lambda sp: (sp.point.concurrency, sp.point.output_len, sp.point.tp))
+            cells[cell] = sp
+    return cells
+
+
+def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], baseline: str,
+                    choice: str = verdicts.AUTO_CHOICE,
+                    excluded: Sequence[tuple[Point, str]] = ()) -> dict[str, Any]:
+    """Heatmaps of speedup vs `baseline`: one panel per (concurrency, output length), rows =
+    decoding configuration (`config_order`, baseline first), columns = TP degree.
+
+    Each panel shows the speedup `choice` picks at its concurrency (benchkit.compare.verdicts.
+    figure_for: decode speedup at concurrency 1 and end-to-end above it by default), named in the
+    panel's title. The Speedups need both ratios (decode and end-to-end). A cell's text is the
+    speedup (`6.50×`) over its 95 % CI or "single run" (or the repeat count), and "TTFT moved"
+    where decode and end-to-end differ by more than verdicts.DIFFER_SHARE (both on hover); a
+    cell without a number (no matched baseline run, unknown figure) is blank with "no number" and
+    its reason on hover. The winner of each column (verdicts.verdict: fastest with its interval
+    separated from the runner-up's) starts with ★ and is outlined; a column whose fastest is not
+    separated names no winner. A cell whose configuration's outputs differ from AR's
+    (benchkit.compare.lossless.lossless_mark) gets MARK (≠) and the verdict on hover.
+
+    `excluded`: (point, reason) of points left out of the speedups (verdicts.exclusion_reason):
+    a cell all of whose runs are excluded is drawn hollow (dashed outline, no colour, text
+    "excluded") with the reason on hover; a cell with some excluded says so on hover.
+    customdata per cell: {"runs": [ids]}. Each trace's `meta` holds its panel:
+    {"concurrency", "output_len", "speedup"} (the figure's name).
+    """
+    title = f"Speedup vs {baseline} per configuration and TP degree (★ = fastest beyond noise in its TP)"
+    subtitle = (f"cell = speedup over the matched {baseline} run (same engine build, model, GPUs, TP and workload): "
+                f"{verdicts.SPEEDUP_CHOICES[choice]}; decode = {baseline} median TPOT ÷ median TPOT, end-to-end "
+                f"= output tok/s ratio; 95% CI over repeats, else 'single run'; ★ only where the fastest's CI is "
+                f"separated from the runner-up's; {MARK} = outputs differ from AR's (lossless check, hover); "
+                "hollow = excluded (hover)")
+    with_number = [sp for sp in speedups if any(r.value is not None for r in sp.ratios.values())]
+    out_cells: dict[tuple, list[tuple[Point, str]]] = defaultdict(list)
+    for p, why in excluded:
+        out_cells[(p.concurrency, p.output_len, p.label, p.tp)].append((p, why))
+    if not with_number and not out_cells:
+        reasons = sorted({sp.reason for sp in speedups if sp.reason})
+        why = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:3])
+        return empty(title, f"No speedup to show: {why or 'no counted runs'}. A speedup needs a {baseline} run "
+                            "with the same engine build, model, GPUs, TP and workload (MEASUREMENT.md).")
+    first = {sp.label: sp.point for sp in speedups} | {p.label: p for p, _ in excluded if p.label}
+    labels = sorted(first, key=lambda lab: (lab != baseline, config_order(first[lab])))
+    keys = {(sp.point.concurrency, sp.point.output_len) for sp in speedups} | {k[:2] for k in out_cells}
+    panels = sorted(keys, key=lambda cl: (nulls_last(cl[0]), nulls_last(cl[1])))
+    tps = sorted({sp.point.tp for sp in speedups} | {k[3] for k in out_cells})
+    several_len = len({ol for _, ol in panels}) > 1
+    cells = cell_speedups(speedups)
     n_cols = min(len(panels), 4)
     n_rows = math.ceil(len(panels) / n_cols)
     height = 90 + n_rows * (80 + 34 * len(labels))
     layout, refs = _grid(n_rows, n_cols, hgap=0.04, vgap=min(0.3, 75 / (height - 120)))
     x = [f"TP{tp}" for tp in tps]
-    data, annotations, shapes = [], [], []
+    data, annotations, shapes, values = [], [], [], []
     for i, (conc, out_len) in enumerate(panels):
         xref, yref = refs[i // n_cols][i % n_cols]
+        fig = verdicts.figure_for(choice, conc)
+        winners = {}
+        for tp in tps:
+            v = verdicts.verdict([sp for (c, o, _, t), sp in cells.items() if (c, o, t) == (conc, out_len, tp)], fig)
+            if v.winner is not None:
+                winners[tp] = v.winner.speedup
         z, text, hover, custom = [], [], [], []
-        for lab in labels:
+        for r_i, lab in enumerate(labels):
             zr, tr, hr, cr = [], [], [], []
-            for tp in tps:
+            for c_i, tp in enumerate(tps):
                 sp = cells.get((conc, out_len, lab, tp))
+                out = out_cells.get((conc, out_len, lab, tp), [])
+                out_note = ("<br>excluded: " + "; ".join(f"run {p.run_id}: {why}" for p, why in out[:4])
+                            + (f" (+{len(out) - 4})" if len(out) > 4 else "")) if out else ""
+                if sp is None and out:
+                    mark = lossless_mark(p for p, _ in out)
+                    zr.append(None), tr.append((f"{mark.symbol} " if mark else "") + "excluded")
+                    hr.append(f"<b>{lab} · TP{tp} · concurrency {shown(conc)}</b><br>no speedup: every run "
+                              f"excluded{out_note}" + (f"<br>{mark.symbol} {mark.text}" if mark else ""))
+                    cr.append({"runs": [p.run_id for p, _ in out], "excluded": True})
+                    shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": c_i - 0.46, "x1": c_i + 0.46,
+                                   "y0": r_i - 0.44, "y1": r_i + 0.44,
+                                   "line": {"color": "#777", "width": 1.5, "dash": "dot"}})
+                    continue
                 if sp is None:
                     zr.append(None), tr.append(""), hr.append(f"{lab} · TP{tp}: not measured"), cr.append({"runs": []})
                     continue
+                ratio = sp.ratios[fig.name]
                 tau = median(points_by_run[r].acceptance_length for r in sp.run_ids)
-                base_tps = sp.end_to_end.baseline_median
-                is_best = best.get((conc, out_len, tp)) is sp
-                if sp.value is None:
+                is_best = winners.get(tp) is sp
+                if ratio.value is None:
                     zr.append(None)
                     tr.append("no number")
-                    hr.append(f"<b>{lab} · TP{tp}</b><br>no speedup: {sp.reason}<br>runs {_ids(sp.run_ids)}")
+                    hr.append(f"<b>{lab} · TP{tp}</b><br>no {fig.title}: {ratio.reason}<br>runs {_ids(sp.run_ids)}"
+                              + out_note)
                 else:
-                    zr.append(_num(sp.value))
-                    second = (f"{sp.ci95[0]:.2f}–{sp.ci95[1]:.2f}" if sp.ci95 else
+                    zr.append(_num(ratio.value))
+                    values.append(ratio.value)
+                    second = (f"{ratio.ci95[0]:.2f}–{ratio.ci95[1]:.2f}" if ratio.ci95 else
                               "single run" if sp.n_repeats == 1 else f"{sp.n_repeats} runs")
                     mark = lossless_mark(points_by_run[r] for r in sp.run_ids)
                     lead = ("★ " if is_best else "") + (f"{mark.symbol} " if mark else "")
-                    tr.append(f"{lead}{sp.value:.2f}×<br>{second}")
+                    ttft = verdicts.ttft_note(
+                        sp, median(getattr(points_by_run[r], "median_ttft_ms", None) for r in sp.run_ids),
+                        median(getattr(points_by_run[r], "median_ttft_ms", None) for r in sp.baseline_run_ids))
+                    tr.append(f"{lead}{ratio.value:.2f}×<br>{second}" + ("<br>TTFT moved" if ttft else ""))
+                    e2e, dec = sp.end_to_end, sp.ratios.get(DECODE.name)
                     hr.append(f"<b>{lab} · TP{tp} · concurrency {shown(conc)}</b><br>"
-                              f"speedup {sp.value:.2f}× vs {baseline} ({sp.spread})<br>"
-                              f"output {_fmt(sp.median_output_throughput)} tok/s vs {_fmt(base_tps)} tok/s<br>"
+                              f"{fig.title} {ratio.value:.2f}× vs {baseline} ({_spread(ratio, sp.n_repeats)})<br>"
+                              f"end-to-end {_fmt(e2e.value, '.2f', 'no number')}× · decode "
+                              f"{_fmt(dec.value if dec else None, '.2f', 'no number')}×<br>"
+                              f"output {_fmt(e2e.median)} tok/s vs {_fmt(e2e.baseline_median)} tok/s · median TPOT "
+                              f"{_fmt(dec.median if dec else None, '.2f')} ms vs "
+                              f"{_fmt(dec.baseline_median if dec else None, '.2f')} ms<br>"
                               f"τ {_fmt(tau, '.2f', 'no counters')}<br>runs {_ids(sp.run_ids)} · "
                               f"{baseline} runs {_ids(sp.baseline_run_ids)}"
-                              + (f"<br>{mark.symbol} {mark.text}" if mark else ""))
+                              + (f"<br>{ttft}" if ttft else "")
+                              + (f"<br>{mark.symbol} {mark.text}" if mark else "") + out_note)
                     if is_best:
-                        r_i, c_i = labels.index(lab), tps.index(tp)
                         shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": c_i - 0.48, "x1": c_i + 0.48,
                                        "y0": r_i - 0.46, "y1": r_i + 0.46, "line": {"color": "#111", "width": 2.5}})
                 cr.append({"runs": sp.run_ids, "engine": sp.point.engine})
@@ -292,27 +347,35 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
         data.append({"type": "heatmap", "x": x, "y": labels, "z": z, "text": text, "texttemplate": "%{text}",
                      "hovertext": hover, "hoverinfo": "text", "customdata": custom, "coloraxis": "coloraxis",
                      "xgap": 2, "ygap": 2, "xaxis": xref, "yaxis": yref, "name": f"concurrency {shown(conc)}",
-                     "meta": {"concurrency": conc, "output_len": out_len}})
+                     "meta": {"concurrency": conc, "output_len": out_len, "speedup": fig.name}})
         layout[_axis(yref)].update(autorange="reversed", showticklabels=i % n_cols == 0, type="category")
         layout[_axis(xref)].update(side="top", type="category")
         annotations.append(_panel_title(f"concurrency {shown(conc)}"
-                                        + (f" · {output_tokens(out_len)}" if several_len else ""),
-                                        xref, yref, layout, yshift=22))
-    values = [sp.value for sp in with_number]
+                                        + (f" · {output_tokens(out_len)}" if several_len else "")
+                                        + f" · {fig.title}", xref, yref, layout, yshift=22))
     # a fixed width: a cell stays about 170 px wide instead of stretching over the page
     width = min(1300, 200 + n_cols * len(tps) * 170)
     return _figure(data, _layout(
         height, top=70, width=width, annotations=annotations, shapes=shapes,
-        coloraxis={**_diverging_at_one(min(values), max(values)),
+        coloraxis={**_diverging_at_one(min(values, default=1.0), max(values, default=1.0)),
                    "colorbar": {"title": {"text": f"× vs {baseline}"}, "thickness": 12, "len": 0.8}},
         **layout), title, subtitle)
+
+
+def _spread(ratio: Any, n_repeats: int) -> str:
+    """How sure one ratio is, in words: `95% CI 6.31-6.70, 5 repeats`, `single run`, or
+    `2 repeats (median; CI needs 3)`."""
+    if ratio.ci95:
+        return f"95% CI {ratio.ci95[0]:.2f}-{ratio.ci95[1]:.2f}, {n_repeats} repeats"
+    return "single run" if n_repeats == 1 else f"{n_repeats} repeats (median; CI needs {MIN_REPEATS_FOR_CI})"
 
 
 # --------------------------------------------------------------------------------------------
 # speedup decomposition
 
 
-def decomposition_figure(points: list[Point]) -> dict[str, Any]:
+def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None = None,
+                         excluded: Sequence[tuple[Point, str]] = ()) -> dict[str, Any]:
     """Why a configuration wins, per TP degree (one row each), at the lowest concurrency and the
     largest output length of `points`:
 
@@ -321,8 +384,15 @@ def decomposition_figure(points: list[Point]) -> dict[str, Any]:
       side by side (median over repeats);
     - right: relative cost of one decoding step, step time / autoregressive TPOT, where step
       time = TPOT x tau (tau from the counters, else the client's tokens per chunk), against the
-      matched `auto` run (benchkit.compare.speedups.relative_step_costs; median over repeats).
-      speedup ~= tau / relative cost: a larger budget accepts more but each step costs more.
+      matched `auto` runs, over medians: median tau / decode speedup, where the decode speedup
+      is the heatmap's own (the Speedup of the same cell, `cell_speedups`: auto's median TPOT /
+      the configuration's median TPOT). So decode speedup = tau / relative cost exactly, and the
+      panel's sentence names the fastest by the decode speedup: the heatmap and this panel agree.
+      A larger budget accepts more but each step costs more.
+
+    `speedups`: Speedups over `points` with the decode ratio (computed here when None).
+    `points` must leave the excluded points out (benchkit.compare.verdicts.exclusion_reason);
+    `excluded` ((point, reason)) are named in the caption, never drawn.
 
     Empty with a reason when no speculative configuration is selected or no point has an
     acceptance length from either source; notes inside the figure say when the counters are
@@ -341,12 +411,15 @@ def decomposition_figure(points: list[Point]) -> dict[str, Any]:
     if all(p.acceptance_length is None and p.mean_tokens_per_chunk is None for p in spec):
         return empty(title, "No spec-decode counters and no client tokens-per-chunk in these runs: acceptance length "
                             "unknown.")
-    step_costs = relative_step_costs(sel)
+    if speedups is None:
+        speedups = compute_speedups(sel, figures=(DECODE,), ci=False)
+    cells = {k: sp for k, sp in cell_speedups(sp for sp in speedups if DECODE.name in sp.ratios).items()
+             if k[:2] == (conc, out_len)}
     tps = sorted({p.tp for p in spec})
     labels = ordered_labels(spec)
     colours = config_colours(points)
     layout, refs = _grid(len(tps), 2, hgap=0.1, vgap=0.14 if len(tps) > 1 else 0.1)
-    data, annotations, verdicts = [], [], []
+    data, annotations, said = [], [], []
     any_counters = any(p.acceptance_length is not None for p in spec)
     any_ar = False
     for r, tp in enumerate(tps):
@@ -368,14 +441,19 @@ def decomposition_figure(points: list[Point]) -> dict[str, Any]:
                      "line": {"color": "#e45756", "dash": "dash"}, "marker": {"size": 8, "symbol": "diamond"},
                      "xaxis": xl, "yaxis": yl, "customdata": runs,
                      "hovertemplate": "%{x}: %{y:.2f} tokens per chunk (client)<extra>TP" + str(tp) + "</extra>"})
-        costs, hover = [], []
-        for lab in xs:
-            cost = median(step_costs[p.run_id] for p in by_label[lab])
+        costs, hover, decodes = [], [], []
+        for lab, ts, tc in zip(xs, tau_s, tau_c, strict=True):
+            sp = cells.get((conc, out_len, lab, tp))
+            dec = sp.ratios[DECODE.name].value if sp is not None else None
+            tau = ts if ts is not None else tc
+            cost = tau / dec if tau is not None and dec else None
             costs.append(_num(cost, 3))
-            hover.append(f"{lab} · TP{tp}<br>step time / AR TPOT = {_fmt(cost, '.2f')}" if cost is not None
+            decodes.append(dec)
+            hover.append(f"{lab} · TP{tp}<br>step time / AR TPOT = {_fmt(cost, '.2f')}<br>τ {tau:.2f} ÷ "
+                         f"{_fmt(cost, '.2f')} = decode speedup {dec:.2f}×" if cost is not None
                          else f"{lab} · TP{tp}<br>no matched auto run or no TPOT: cost unknown")
         any_ar = any_ar or any(c is not None for c in costs)
-        verdicts.append(_verdict(tp, xs, tau_s, tau_c, costs))
+        said.append(_verdict(tp, xs, tau_s, tau_c, costs, decodes))
         data.append({"type": "bar", "x": xs, "y": costs, "marker": {"color": [colours[lab] for lab in xs]},
                      "name": "relative step cost", "showlegend": False, "xaxis": xr, "yaxis": yr,
                      "hovertext": hover, "hoverinfo": "text", "customdata": runs,
@@ -397,30 +475,39 @@ def decomposition_figure(points: list[Point]) -> dict[str, Any]:
                 + _selection_note(points, "concurrency", conc, "concurrency"))
     if notes:
         subtitle += " — " + "; ".join(notes)
-    subtitle += ". speedup ≈ τ ÷ relative step cost."
+    subtitle += ". decode speedup = τ ÷ relative step cost (the heatmap's decode speedup)."
+    excluded_note = ""
+    if excluded:
+        excluded_note = (" Excluded (never drawn): "
+                     + "; ".join(f"{p.label} TP{p.tp} c{shown(p.concurrency)} run {p.run_id}: {why}"
+                                 for p, why in excluded[:4]) + (f"; +{len(excluded) - 4} more" if len(excluded) > 4
+                                                                 else "") + ".")
     xd, yd = layout[_axis(refs[0][0][0])]["domain"], layout[_axis(refs[0][0][1])]["domain"]
     legend = {"x": xd[1], "xanchor": "right", "y": yd[0] + 0.01, "yanchor": "bottom",
               "bgcolor": "rgba(255,255,255,0.8)"}
     shapes = [{"type": "line", "xref": f"{xr} domain", "yref": yr, "x0": 0, "x1": 1, "y0": 1, "y1": 1,
                "line": {"color": "#888", "dash": "dot"}} for (_, _), (xr, yr) in refs]
     return _figure(data, _layout(60 + 260 * len(tps), annotations=annotations, shapes=shapes, legend=legend,
-                                 **layout), title, subtitle + _why_caption(verdicts))
+                                 **layout), title, subtitle + _why_caption(said) + excluded_note)
 
 
-def _verdict(tp: int, labels: list[str], tau_s: list, tau_c: list, costs: list) -> str:
-    """One sentence for a TP degree: which configuration accepts the most, which one gives the
-    most tokens per unit of step cost (tau / relative cost, the decode-only speedup), and why
-    they differ. '' when there is nothing to compare."""
-    rows = [(lab, s if s is not None else c, cost) for lab, s, c, cost in zip(labels, tau_s, tau_c, costs, strict=True)
-            if (s if s is not None else c) is not None and cost]
+def _verdict(tp: int, labels: list[str], tau_s: list, tau_c: list, costs: list, decodes: list) -> str:
+    """One sentence for a TP degree: which configuration accepts the most, which one has the
+    highest decode speedup (= tau / relative cost, the heatmap's decode speedup), and why they
+    differ. '' when there is nothing to compare."""
+    rows = [(lab, s if s is not None else c, cost, dec)
+            for lab, s, c, cost, dec in zip(labels, tau_s, tau_c, costs, decodes, strict=True)
+            if (s if s is not None else c) is not None and cost and dec]
     if len(rows) < 2:
         return ""
     most = max(rows, key=lambda r: r[1])
-    fastest = max(rows, key=lambda r: r[1] / r[2])
+    fastest = max(rows, key=lambda r: r[3])
     if most[0] == fastest[0]:
-        return f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) and is the fastest per step cost."
+        return (f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) and has the highest decode speedup "
+                f"({most[3]:.2f}×).")
     return (f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) but one of its steps costs {most[2]:.2f}× an "
-            f"autoregressive step, so {fastest[0]} (τ {fastest[1]:.2f} at {fastest[2]:.2f}×) is faster.")
+            f"autoregressive step, so {fastest[0]} (τ {fastest[1]:.2f} at {fastest[2]:.2f}×: decode speedup "
+            f"{fastest[3]:.2f}×) is faster.")
 
 
 def _why_caption(verdicts: list[str]) -> str:
@@ -432,7 +519,8 @@ def _why_caption(verdicts: list[str]) -> str:
 # TP scaling
 
 
-def tp_scaling_figure(points: list[Point], y: str = "output_tok_s") -> dict[str, Any]:
+def tp_scaling_figure(points: list[Point], y: str = "output_tok_s",
+                      excluded: Sequence[tuple[Point, str]] = ()) -> dict[str, Any]:
     """Output tok/s (or another `y` of THROUGHPUT_Y: output tok/s per GPU, J per output token,
     USD per million output tokens) vs TP degree, one line per configuration (median over
     repeats), at the largest output length of `points`: one panel at the lowest concurrency
@@ -441,7 +529,9 @@ def tp_scaling_figure(points: list[Point], y: str = "output_tok_s") -> dict[str,
     than they give. A point without the `y` figure is left out and counted in the caption.
 
     Empty with a reason when only one TP degree is selected or no point has the figure.
-    customdata per point: {"runs"}. Raises KeyError for an unknown `y`.
+    customdata per point: {"runs"}. Raises KeyError for an unknown `y`. `excluded` ((point,
+    reason), benchkit.compare.verdicts.exclusion_reason; not in `points`) are drawn hollow, one
+    marker per run of the panel's concurrency, the reason on hover (trace name "excluded").
     """
     field, axis, fmt, why = THROUGHPUT_Y[y]
     title = "TP scaling: output tok/s vs TP degree" if y == "output_tok_s" else f"TP scaling: {axis} vs TP degree"
@@ -477,6 +567,17 @@ def tp_scaling_figure(points: list[Point], y: str = "output_tok_s") -> dict[str,
                          "meta": {"concurrency": conc},
                          "hovertemplate": f"{lab} · %{{x}} · concurrency {shown(conc)}<br>%{{y:{fmt}}} {axis}"
                                           "<extra></extra>"})
+        out = [(p, why) for p, why in excluded if p.concurrency == conc and p.output_len == out_len
+               and p.tp in tps and _finite(getattr(p, field, None))]
+        if out:
+            data.append({"type": "scatter", "mode": "markers", "name": "excluded (hover: why)",
+                         "legendgroup": "excluded", "showlegend": i == 0, "x": [f"TP{p.tp}" for p, _ in out],
+                         "y": [_num(getattr(p, field), 4) for p, _ in out],
+                         "marker": {"size": 10, "symbol": "circle-open", "color": "#777", "line": {"width": 2}},
+                         "xaxis": xref, "yaxis": yref, "customdata": [{"runs": [p.run_id]} for p, _ in out],
+                         "meta": {"concurrency": conc, "excluded": True},
+                         "hovertext": [f"{p.label} · TP{p.tp} · run {p.run_id}: excluded, {why}" for p, why in out],
+                         "hoverinfo": "text"})
         layout[_axis(xref)].update(type="category", categoryorder="array", categoryarray=[f"TP{t}" for t in tps],
                                    title={"text": "TP degree"})
         layout[_axis(yref)].update(title={"text": axis if conc is None or conc > 1 else f"{axis} (one request)"},
@@ -498,10 +599,14 @@ def tp_scaling_figure(points: list[Point], y: str = "output_tok_s") -> dict[str,
     return _figure(data, _layout(400, annotations=annotations, **layout), title, subtitle)
 
 
-def throughput_figures(points: list[Point]) -> dict[str, dict[str, Any]]:
-    """{key of THROUGHPUT_Y: tp_scaling_figure(points, key)}: the throughput figure with each
-    y-axis the sweep page can switch to."""
-    return {key: tp_scaling_figure(points, key) for key in THROUGHPUT_Y}
+def throughput_figures(points: list[Point], excluded: Sequence[tuple[Point, str]] = ()) -> dict[str, dict[str, Any]]:
+    """{key of THROUGHPUT_Y: tp_scaling_figure(points, key, excluded)}: the throughput figure with
+    each y-axis the sweep page can switch to."""
+    return {key: tp_scaling_figure(points, key, excluded) for key in THROUGHPUT_Y}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
 
 
 def _fastest_tp(traces: list[dict[str, Any]], conc: int) -> str:
@@ -538,7 +643,7 @@ def pareto_frontier(xy: list[tuple[float, float, Any]]) -> list[tuple[float, flo
     return sorted(front, key=lambda t: t[0])
 
 
-def tradeoff_figure(points: list[Point]) -> dict[str, Any]:
+def tradeoff_figure(points: list[Point], excluded: Sequence[tuple[Point, str]] = ()) -> dict[str, Any]:
     """Per-user tok/s (1000 / median TPOT) vs aggregate output tok/s over the concurrency
     levels, at the largest output length of `points`: one panel per TP degree (shared axes),
     one curve per configuration through its concurrency levels (medians over repeats; markers
@@ -546,7 +651,8 @@ def tradeoff_figure(points: list[Point]) -> dict[str, Any]:
     concurrency) point drawn in each panel, so each TP's curves read against the best there is.
 
     Empty with a reason when only one concurrency level is selected (a trade-off needs several)
-    or no point has both a TPOT and an output tok/s.
+    or no point has both a TPOT and an output tok/s. `excluded` ((point, reason); not in
+    `points`) are counted in the caption, never drawn (a TPOT of 0 has no per-user speed).
     """
     title = "Throughput-latency trade-off: per-user speed vs aggregate throughput"
     if not points:
@@ -604,6 +710,9 @@ def tradeoff_figure(points: list[Point]) -> dict[str, Any]:
         annotations.append(_panel_title(f"TP{tp}", xref, yref, layout))
     subtitle = (f"{output_tokens(out_len)}" + _selection_note(points, "output_len", out_len, "output length")
                 + "; ★ = on the Pareto frontier (no other point is faster on both axes)")
+    if excluded:
+        subtitle += (f"; {len(excluded)} excluded run{'s' if len(excluded) > 1 else ''} not drawn (run "
+                     f"{_ids(p.run_id for p, _ in excluded)}: see the excluded line)")
     return _figure(data, _layout(410, annotations=annotations, **layout), title, subtitle)
 
 

@@ -3,12 +3,14 @@ one answer: `QueryError(param, reason)`, which the views answer with HTTP 400 an
 `bad query: <param>: <reason>` (analysis.views.bad_query).
 
 The sweep page's selection (`parse_selection`):
-`?tp=1&tp=4&concurrency=1&output_len=1024&method=ddtree&method=linear&host=gpu-a&baseline=linear`:
+`?tp=1&tp=4&concurrency=1&output_len=1024&method=ddtree&method=linear&host=gpu-a&baseline=linear&speedup=e2e`:
 each of tp, concurrency, output_len, method and host (a sweep on several hosts) may repeat (or
 hold comma-separated values); absent means all. A `method` value is a method name (`ddtree`:
 every budget) or a configuration label (`b15`, `draft_model k=4`, `auto`;
 benchkit.methods.parse_method_token). `baseline` is the label of the configuration speedups
-divide by (default `auto`).
+divide by (default `auto`). `speedup` picks the speedup the heatmap and headline use
+(benchkit.compare.verdicts.SPEEDUP_CHOICES: `decode`, `e2e`, or `auto`, the default: decode at
+concurrency 1, end-to-end above it).
 
 The history pages (`parse_history_filters`, `sweep_id`, `whole_number`): the point filters
 (benchkit.point.FILTER_FIELDS: `tp=1,4&concurrency=8&method=ddtree`), sweep ids
@@ -23,12 +25,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from benchkit.compare.speedups import AUTO
+from benchkit.compare.verdicts import AUTO_CHOICE, SPEEDUP_CHOICES
 from benchkit.hosts import HOST_NAME_RE
 from benchkit.methods import METHOD_NAMES, MethodError, method_label, parse_method_token
 from benchkit.point import FILTER_FIELDS, Point
 
 #: Query parameters of the selection, in the order a link writes them.
-PARAMS = ("tp", "concurrency", "output_len", "method", "host", "baseline")
+PARAMS = ("tp", "concurrency", "output_len", "method", "host", "baseline", "speedup")
 
 
 class QueryError(ValueError):
@@ -51,6 +54,8 @@ class Selection:
     #: host names (a sweep on several hosts); empty: all
     host: tuple[str, ...] = ()
     baseline: str = AUTO
+    #: which speedup the heatmap and headline use (benchkit.compare.verdicts.SPEEDUP_CHOICES)
+    speedup: str = AUTO_CHOICE
     #: `method` split into method names and (method, k, budget) configurations.
     names: tuple[str, ...] = field(default=(), compare=False)
     configs: tuple[tuple[str, int | None, int | None], ...] = field(default=(), compare=False)
@@ -78,9 +83,11 @@ class Selection:
         """This selection as a URL query string (`?tp=1&...`, '' when it selects everything),
         with the fields in `change` replaced."""
         values = {name: getattr(self, name) for name in PARAMS} | change
-        pairs = [(name, v) for name in PARAMS if name != "baseline" for v in values[name]]
+        pairs = [(name, v) for name in PARAMS if name not in ("baseline", "speedup") for v in values[name]]
         if values["baseline"] != AUTO:
             pairs.append(("baseline", values["baseline"]))
+        if values["speedup"] != AUTO_CHOICE:
+            pairs.append(("speedup", values["speedup"]))
         return "?" + urlencode(pairs) if pairs else ""
 
     @property
@@ -134,6 +141,9 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
         except MethodError as exc:
             raise QueryError("baseline", exc.reason) from None
         baseline = method_label(choice.method, choice.num_speculative_tokens, choice.tree_budget)
+    speedup = (_values(query, "speedup") or [AUTO_CHOICE])[0]
+    if speedup not in SPEEDUP_CHOICES:
+        raise QueryError("speedup", f"{speedup[:40]!r} is not one of {', '.join(SPEEDUP_CHOICES)}")
     hosts = _values(query, "host")
     for h in hosts:
         if not HOST_NAME_RE.match(h):
@@ -141,7 +151,8 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
     # concurrency and output length may be 0: an imported result file that did not record them
     return Selection(tp=_ints(query, "tp", 1), concurrency=_ints(query, "concurrency", 0),
                      output_len=_ints(query, "output_len", 0), method=tuple(dict.fromkeys(methods)),
-                     host=tuple(sorted(set(hosts))), baseline=baseline, names=tuple(names), configs=tuple(configs))
+                     host=tuple(sorted(set(hosts))), baseline=baseline, speedup=speedup, names=tuple(names),
+                     configs=tuple(configs))
 
 
 def parse_history_filters(query: Mapping[str, Any]) -> dict[str, list]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchkit.compare.lossless import ALPHA, MARK
+from benchkit.compare.speedups import MIN_REPEATS_FOR_CI
+from benchkit.compare.verdicts import DIFFER_SHARE, EXCLUDING_MARKS, MIN_COMPLETED_REQUESTS, MIN_WINDOW_S
 from benchkit.measure.gpu_window import TELEMETRY_MAX_GAP_MS, TELEMETRY_MAX_GAP_SHARE
 from benchkit.measure.loadclient import STALL_MIN_MS
 from benchkit.measure.metrics import COALESCED_GAP_MS, COALESCED_NOTE_SHARE, STAT_NAMES
@@ -178,6 +180,31 @@ SECTIONS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
                                   f"divergence); differs ({MARK}): divergence but no floor to judge it; not checked: "
                                   "sampling (temperature > 0), no matched auto run, outputs not kept, an imported "
                                   "file, synthetic acceptance (not lossless by design)", ""),
+    )),
+    ("Speedups and verdicts (docs/VERDICTS.md)", (
+        Entry("decode speedup", "median TPOT of the matched baseline runs / median TPOT of the configuration's "
+                                "runs (decode-only: TTFT left out); equal by construction to tau / relative step "
+                                "cost, so the decomposition and the heatmap show one number", "x", "output"),
+        Entry("end-to-end speedup", "output tok/s of the configuration / that of the matched baseline (medians "
+                                    "over repeats; what a batch job sees: includes TTFT and scheduling)", "x",
+              "output"),
+        Entry("relative step cost", "TPOT x tau / baseline TPOT: the cost of one decoding step relative to an "
+                                    "autoregressive step (over medians: tau / decode speedup)", "x", "output"),
+        Entry("speedup shown", "the page's `speedup` choice: decode speedup at concurrency 1 and end-to-end above "
+                               "it (default), or one of them everywhere; where the two differ by more than "
+                               f"{DIFFER_SHARE:.0%} the cell says TTFT moved", ""),
+        Entry("winner", f"with >= {MIN_REPEATS_FOR_CI} repeats on each side, the fastest configuration whose 95 % "
+                        "bootstrap interval lies above the runner-up's interval (the baseline itself included); "
+                        "a winner not shown lossless keeps its mark", ""),
+        Entry("tie within noise", "the fastest configuration's interval overlaps another's: both are named as "
+                                  "tied, no winner", ""),
+        Entry("single runs: no verdict", f"fewer than {MIN_REPEATS_FOR_CI} repeats: no interval, so the headline "
+                                         "names no winner and shows the ranking greyed", ""),
+        Entry("excluded", "a point whose figures are degenerate never feeds a headline, verdict or the "
+                          f"decomposition: median TPOT 0 ms, a window shorter than {MIN_WINDOW_S:g} s, fewer than "
+                          f"{MIN_COMPLETED_REQUESTS} completed requests, or a suspect mark that invalidates timing "
+                          f"({', '.join(sorted(EXCLUDING_MARKS))}); drawn hollow with the reason, counted in the "
+                          "page's excluded line", ""),
     )),
 )
 

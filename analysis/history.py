@@ -19,8 +19,8 @@ from django.urls import reverse
 from analysis import history_figures as hf
 from analysis.display import lengths_text, workload_text
 from analysis.figures import nulls_last
-from benchkit.compare import lossless
-from benchkit.compare.speedups import compute_speedups
+from benchkit.compare import lossless, verdicts
+from benchkit.compare.speedups import DECODE, END_TO_END, compute_speedups
 from benchkit.compare.stats import median
 from benchkit.compare.sweepdiff import (
     BETTER,
@@ -259,8 +259,9 @@ def build_trend(host, name: str, nights, points: list[Point], flags, snapshots: 
     if points:
         figs["tok_s"] = hf.trend_figure(f"{name} on {host.name}: output tok/s per night", "output tok/s", tok_cells,
                                         tps, concs, colours, marks, changes)
-        figs["speedup"] = hf.trend_figure(f"{name} on {host.name}: speedup vs autoregressive per night",
-                                          "speedup (x)", sp_cells, tps, concs, colours, [], changes)
+        figs["speedup"] = hf.trend_figure(f"{name} on {host.name}: end-to-end speedup (output tok/s ratio) vs "
+                                          "autoregressive per night", "end-to-end speedup (x)", sp_cells, tps, concs,
+                                          colours, [], changes)
     data = {
         "host": host.name, "series": name, "nights": [_sweep_ref(n, host.name) for n in nights],
         "facets": facets, "chosen": chosen, "changes": changes, "n_points": len(points),
@@ -283,23 +284,33 @@ def _mark(mark: Any) -> dict[str, Any] | None:
 
 
 def _headline(points: list[Point]) -> list[dict[str, Any]]:
-    """Per TP: the configuration with the highest speedup vs its matched autoregressive run, at
-    which workload, and its tok/s, with its lossless mark (benchkit.compare.lossless.lossless_mark,
-    None when not marked); TPs without any matched baseline say so."""
+    """Per TP degree and concurrency level, at the largest output length: the verdict over the
+    configurations vs their matched autoregressive runs (benchkit.compare.verdicts: decode speedup
+    at concurrency 1, end-to-end above it; a winner only beyond noise, else a tie or "single
+    runs: no verdict"), excluded points left out. Each row: {"tp", "concurrency", "output_len",
+    "kind", "sentence", "figure" (the speedup's name), "label" and "speedup" (the fastest measured,
+    named a winner only when kind is "winner"), "tok_s", "n_repeats", "run_ids", "lossless_mark"}
+    (None for the mark unless not lossless); a TP without any matched baseline: {"tp", "label":
+    None, "speedup": None}."""
     by_run = {p.run_id: p for p in points}
-    best: dict[int, dict[str, Any]] = {}
-    for sp in compute_speedups(points, ci=False):
-        p = sp.point
-        if sp.value is None or p.method == "auto":
+    kept, _ = verdicts.split_excluded(points)
+    out_len = max((p.output_len for p in kept if p.output_len is not None), default=None)
+    cells: dict[tuple, list] = defaultdict(list)
+    for sp in compute_speedups(kept, figures=(END_TO_END, DECODE)):
+        if sp.point.output_len == out_len:
+            cells[(sp.point.tp, sp.point.concurrency)].append(sp)
+    rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for (tp, conc), sps in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
+        v = verdicts.verdict(sps, verdicts.figure_for(verdicts.AUTO_CHOICE, conc), by_run)
+        top = next((c for c in v.ranking if c.label != "auto"), None) if v.kind != verdicts.WINNER else v.winner
+        if top is None:
             continue
-        cur = best.get(p.tp)
-        if cur is None or sp.value > cur["speedup"]:
-            best[p.tp] = {"tp": p.tp, "label": sp.label, "speedup": sp.value, "concurrency": p.concurrency,
-                          "output_len": p.output_len, "tok_s": sp.median_output_throughput,
-                          "n_repeats": sp.n_repeats, "run_ids": sp.run_ids,
-                          "lossless_mark": _mark(lossless.lossless_mark(by_run[r] for r in sp.run_ids))}
+        rows[tp].append({"tp": tp, "concurrency": conc, "output_len": out_len, "kind": v.kind,
+                         "sentence": v.sentence, "figure": v.figure.title, "label": top.label, "speedup": top.value,
+                         "tok_s": top.speedup.end_to_end.median, "n_repeats": top.n_repeats,
+                         "run_ids": top.run_ids, "lossless_mark": _mark(top.mark)})
     tps = sorted({p.tp for p in points})
-    return [best.get(tp, {"tp": tp, "label": None, "speedup": None}) for tp in tps]
+    return [r for tp in tps for r in (rows.get(tp) or [{"tp": tp, "label": None, "speedup": None}])]
 
 
 def build_home(latest, counts: dict[int, dict[str, int]], points: list[Point], open_flags) -> dict[str, Any]:

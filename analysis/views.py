@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, render
 from analysis import dashboard, display, exports, figures, filters, history, report
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
+from benchkit.compare import verdicts
 from benchkit.hosts.topology import TopoMatrix
 from benchkit.point import SPEED_FIELD, Point
 from runs import selectors
@@ -32,7 +33,7 @@ def bad_query(exc: QueryError) -> HttpResponse:
     return HttpResponse(f"bad query: {exc}\n", status=400, content_type="text/plain; charset=utf-8")
 
 
-def _sweep_points(request: HttpRequest, pk: int, metric_fields=figures.POINT_METRICS,
+def _sweep_points(request: HttpRequest, pk: int, metric_fields=figures.SWEEP_POINT_FIELDS,
                   prices: dict[str, float | None] | None = None) -> tuple[Selection, list[dict], list[Point]]:
     """(selection, dimension rows, figure points with `metric_fields`, priced when `prices` are
     given) of a sweep page request; QueryError names a bad query parameter. Without filters the
@@ -74,7 +75,8 @@ def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:
     (codespeed style: a data endpoint per chart page); `points=1` adds the point table."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
     try:
-        selection, _, points = _sweep_points(request, pk, figures.POINT_METRICS + figures.EFFICIENCY_POINT_FIELDS,
+        selection, _, points = _sweep_points(request, pk, tuple(dict.fromkeys(figures.SWEEP_POINT_FIELDS
+                                                                          + figures.EFFICIENCY_POINT_FIELDS)),
                                              selectors.gpu_prices())
     except QueryError as exc:
         return bad_query(exc)
@@ -220,7 +222,8 @@ def _sweep_or_404(pk: int | None) -> Sweep | None:
 def _home_context() -> dict:
     latest = selectors.latest_per_series(limit=HOME_SERIES_LIMIT)
     ids = [s.pk for s in latest]
-    points = selectors.history_points(ids, (SPEED_FIELD,), snapshots={})
+    points = selectors.history_points(ids, tuple(dict.fromkeys((SPEED_FIELD, *verdicts.EXCLUSION_FIGURES))),
+                                      snapshots={})
     return history.build_home(latest, selectors.state_counts_by_sweep(ids), points,
                               selectors.open_regression_flags(limit=history.ROW_LIMIT))
 

@@ -15,6 +15,7 @@ The configuration is a flat set of fields in named groups (the only list of them
 | environment | hardware_fingerprint | the host's hardware snapshot in force when it started |
 | run | sweep_id, repeat_index, run_id | which stored run it is |
 | lossless | lossless_verdict, _identical_share, _divergence_median, _sentence | its lossless verdict |
+| validity | suspect_reasons | the run's suspect marks ("code: message"; benchkit.compare.verdicts reads the codes) |
 
 Each field's metadata also says which keys it belongs to, and the keys are read off that:
 
@@ -160,6 +161,8 @@ class Point(_Figures):
     lossless_identical_share: float | None = _field("lossless", header="identical share", compare=False)
     lossless_divergence_median: float | None = _field("lossless", header="first divergence (median)", compare=False)
     lossless_sentence: str = _field("lossless", default="", header="lossless verdict", compare=False)
+    # validity (the run's suspect marks, `Run.suspect_reasons`: "code: message" each; not compared)
+    suspect_reasons: tuple[str, ...] = _field("validity", default=(), header="suspect marks", compare=False)
     # derived
     label: str = field(init=False, repr=False, compare=False, default="")
     figures_: InitVar[Mapping[str, Any] | None] = None

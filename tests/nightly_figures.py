@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchkit.compare.changepoints import Night
+from benchkit.compare.verdicts import MIN_COMPLETED_REQUESTS
 from benchkit.measure import metrics
 from benchkit.measure.logs import MessageEvent, RequestLog
 
@@ -146,23 +147,29 @@ def night_figures(label: str, tp: int, concurrency: int, night: int, nights: int
 def logs_for(tok_s: float, tokens_per_msg: int, concurrency: int) -> tuple[list[RequestLog], int, int]:
     """`concurrency` requests sent together, each streaming 64 tokens in messages of
     `tokens_per_msg`, so that the window gives `tok_s` output tok/s (±0.1 %) and TPOT is what
-    one of `concurrency` streams sees. Returns (logs, window_start_ns, window_end_ns)."""
+    one of `concurrency` streams sees; repeated back to back in rounds until at least
+    benchkit.compare.verdicts.MIN_COMPLETED_REQUESTS requests completed (every round alike, so
+    tok/s, TPOT and TTFT do not depend on the count). Returns (logs, window_start_ns,
+    window_end_ns)."""
     n_tokens = 64
-    window_ms = concurrency * n_tokens / tok_s * 1000.0
+    round_ms = concurrency * n_tokens / tok_s * 1000.0
     msgs = -(-n_tokens // tokens_per_msg)
-    ttft = min(60.0 * (1 + 0.25 * (concurrency - 1)), window_ms / 4)
-    gap = (window_ms - ttft) / max(msgs - 1, 1)
+    ttft = min(60.0 * (1 + 0.25 * (concurrency - 1)), round_ms / 4)
+    gap = (round_ms - ttft) / max(msgs - 1, 1)
     logs, t0 = [], 1_000 * MS
-    for i in range(concurrency):
-        at, got, events = t0 + int(ttft * MS), 0, []
-        while got < n_tokens:
-            k = min(tokens_per_msg, n_tokens - got)
-            events.append(MessageEvent(t_ns=at, tokens=k, kind="content"))
-            got, at = got + k, at + int(gap * MS)
-        logs.append(RequestLog(index=i, warmup=False, send_ns=t0, events=events, ok=True, prompt_tokens=512,
-                               completion_tokens=n_tokens, input_len=512, output_len=n_tokens,
-                               end_ns=events[-1].t_ns))
-    return logs, t0, max(r.end_ns for r in logs)
+    send = t0
+    for _ in range(-(-MIN_COMPLETED_REQUESTS // concurrency)):
+        for _i in range(concurrency):
+            at, got, events = send + int(ttft * MS), 0, []
+            while got < n_tokens:
+                k = min(tokens_per_msg, n_tokens - got)
+                events.append(MessageEvent(t_ns=at, tokens=k, kind="content"))
+                got, at = got + k, at + int(gap * MS)
+            logs.append(RequestLog(index=len(logs), warmup=False, send_ns=send, events=events, ok=True,
+                                   prompt_tokens=512, completion_tokens=n_tokens, input_len=512, output_len=n_tokens,
+                                   end_ns=events[-1].t_ns))
+        send = max(r.end_ns for r in logs)
+    return logs, t0, send
 
 
 def run_figures(tok_s: float, tau: float | None, concurrency: int

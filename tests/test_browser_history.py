@@ -42,7 +42,9 @@ def test_planted_regression_flagged_on_home_and_trend(live_server, series, chrom
         assert page.locator("#flags tbody tr").count() == 1
         assert page.locator(f"text=users-grid-sglang #{last}").count() >= 1
         tp1 = page.locator(f"[data-sweep='{last}'] table.headline tbody tr").first.locator("td").all_inner_texts()
-        assert tp1[:2] == ["1", "b15"] and float(tp1[2].rstrip("x")) == pytest.approx(6.5, rel=0.06)
+        # concurrency 1: the decode speedup (TTFT left out: above the users' 6.5x end-to-end); single runs
+        assert tp1[:2] == ["1", "b15"] and float(tp1[2].rstrip("x")) > 6.5 * 1.1
+        assert "decode speedup · single runs: no verdict" in tp1[4]
 
         page.click("#flags tbody tr a:has-text('users-grid-sglang')")  # to the series' trend page
         tok = _plot(page, "fig-trend-tok-s")

@@ -1,7 +1,8 @@
 """Issue 9: the sweep page of the users' grid (tests/usersgrid.py, stored through the real
 services) in a real headless Chromium, read back from what plotly.js drew
 (`document.getElementById(...).data`): the best TP1 cell is b15 at 6.5x autoregressive and 1.63x
-linear DFlash (switched with the page's own baseline selector), the TP-scaling panel at
+linear DFlash end-to-end (switched with the page's own speedup and baseline selectors; single runs:
+no verdict, no star), the TP-scaling panel at
 concurrency 1 goes down from TP4 to TP8, a figure without data says why, a clicked cell opens
 its run, and the browser logs no error. No vLLM server is needed."""
 
@@ -39,8 +40,18 @@ def test_users_grid_sweep_page_reads_right(live_server, users_grid, chromium_pat
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         assert page.locator("#sweep-figures .js-plotly-plot").count() == 4  # every figure has data
 
+        heat = page.evaluate(READ_HEATMAP)
+        assert [t["meta"]["speedup"] for t in heat] == ["decode", "end_to_end"]  # the default, stated on the page
+        assert best_tp1_cell(heat)[0] == "b15"
+        assert "Speedups shown: decode speedup at concurrency 1" in page.locator(".speedup-choice").inner_text()
+        assert page.locator("td.verdict-single").first.inner_text().startswith("single runs: no verdict")
+
+        # the speedup selector: end-to-end everywhere; single runs, so no cell is starred
+        page.select_option("select[name=speedup]", "e2e")
+        page.wait_for_url("**speedup=e2e**")
+        page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         label, value, text = best_tp1_cell(page.evaluate(READ_HEATMAP))
-        assert (label, round(value, 2), text) == ("b15", 6.5, "★ 6.50×<br>single run")
+        assert (label, round(value, 2), text) == ("b15", 6.5, "6.50×<br>single run")
 
         scaling = [t for t in page.evaluate(READ_SCALING) if t["meta"]["concurrency"] == 1]
         assert len(scaling) == 6
@@ -53,7 +64,8 @@ def test_users_grid_sweep_page_reads_right(live_server, users_grid, chromium_pat
         page.wait_for_url("**baseline=linear**")
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         label, value, text = best_tp1_cell(page.evaluate(READ_HEATMAP))
-        assert (label, round(value, 2)) == ("b15", 1.63) and text.startswith("★ 1.63×")
+        assert (label, round(value, 2)) == ("b15", 1.63) and text.startswith("1.63×")
+        assert "speedup=e2e" in page.url  # the selection kept the speedup choice
 
         # one TP degree selected: the TP-scaling figure says why it draws nothing
         page.goto(f"{live_server.url}/sweeps/{users_grid}/?tp=1")

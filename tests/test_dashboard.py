@@ -34,12 +34,14 @@ def test_sweep_page_shows_speedup_and_demo_label(client, sweep, django_assert_nu
     assert "Demo model" in html
     assert 'id="fig-speedup"' in html and f'data-url="/sweeps/{sweep.pk}/data.json"' in html
     assert "error_rate_exceeded" in html  # the failed run is named, not drawn
-    assert "<strong>draft_model k=4</strong> 2.39×" in html  # the headline: fastest per TP, vs auto
+    # the headline: single runs name no winner; the ranking by decode speedup at concurrency 1 (10 ms vs 4 ms TPOT)
+    assert "single runs: no verdict</span>" in html and "(decode speedup: draft_model k=4 2.50×" in html
     data = client.get(reverse("analysis:sweep_data", args=[sweep.pk])).json()
     (trace,) = data["figures"]["speedup"]["data"]
     # 3 tokens every 12 ms vs 1 token every 10 ms: 2.4x output tok/s (same TTFT, 64 tokens)
     assert trace["y"] == ["auto", "draft_model k=4"] and trace["x"] == ["TP1"]
-    assert trace["z"][1][0] == pytest.approx(2.4, rel=0.1) and trace["text"][1][0].startswith("★")
+    assert trace["z"][1][0] == pytest.approx(2.5, rel=0.01) and trace["text"][1][0] == "2.50×<br>single run"
+    assert trace["meta"]["speedup"] == "decode"  # concurrency 1: decode speedup by default
     assert data["figures"]["tp_scaling"]["empty"] == "One TP degree only (TP1): nothing to scale."
     assert data["figures"]["tradeoff"]["empty"].startswith("One concurrency level only")
 

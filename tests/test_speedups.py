@@ -104,9 +104,10 @@ def test_repeats_use_medians_and_ci_needs_three():
     assert lo <= 2.0 <= hi and lo < hi and lin.spread.startswith("95% CI")
     two = [s for s in compute_speedups(pts[:2] + pts[3:5]) if s.label == "linear"][0]
     assert two.ci95 is None and two.spread == "2 repeats (median; CI needs 3)"
-    fig = figures.speedup_heatmap(compute_speedups(pts), {p.run_id: p for p in pts}, "auto")
+    fig = figures.speedup_heatmap(compute_speedups(pts, figures=(END_TO_END, DECODE)), {p.run_id: p for p in pts},
+                                  "auto", choice="e2e")
     (trace,) = fig["data"]
-    assert trace["y"] == ["auto", "linear"]
+    assert trace["y"] == ["auto", "linear"] and trace["meta"]["speedup"] == "end_to_end"
     assert trace["text"][1][0].endswith(f"2.00×<br>{lo:.2f}–{hi:.2f}")  # the CI under the number
     assert "95% CI" in trace["hovertext"][1][0] and trace["customdata"][1][0]["runs"] == [10, 11, 12]
 
@@ -147,14 +148,24 @@ def cell(fig, conc, label, tp):
     return trace["z"][r][c], trace["text"][r][c]
 
 
-def test_heatmap_marks_the_best_cell_of_each_tp():
+def test_heatmap_marks_the_best_cell_of_each_tp_only_beyond_noise():
     pts = grid_points()
-    fig = figures.speedup_heatmap(compute_speedups(pts), {p.run_id: p for p in pts}, "auto")
+    fig = figures.speedup_heatmap(compute_speedups(pts, figures=(END_TO_END, DECODE)), {p.run_id: p for p in pts},
+                                  "auto")
     assert len(fig["data"]) == 2  # one panel per concurrency
     trace = fig["data"][0]
     assert trace["y"] == ["auto", "linear", "b15", "b64"] and trace["x"] == ["TP1", "TP4", "TP8"]
+    assert [t["meta"]["speedup"] for t in fig["data"]] == ["decode", "end_to_end"]  # the default choice
     z, text = cell(fig, 1, "b15", 1)
-    assert z == pytest.approx(6.5) and text == "★ 6.50×<br>single run"
+    assert z == pytest.approx(6.5) and text == "6.50×<br>single run"  # single runs: no star, no verdict
+    assert not any(t.startswith("★") for tr in fig["data"] for row in tr["text"] for t in row)
+    # three repeats a few per cent apart: b15's interval is separated from b64's, so it is starred
+    reps = [p.replace(run_id=p.run_id + 1000 * r, repeat_index=r,
+                      output_throughput_tok_s=p.output_throughput_tok_s * (1 + 0.01 * r),
+                      median_tpot_ms=p.median_tpot_ms / (1 + 0.01 * r)) for r in range(3) for p in pts]
+    fig = figures.speedup_heatmap(compute_speedups(reps, figures=(END_TO_END, DECODE)),
+                                  {p.run_id: p for p in reps}, "auto")
+    assert cell(fig, 1, "b15", 1)[1].startswith("★ 6.50×")
     assert not cell(fig, 1, "b64", 1)[1].startswith("★")
     assert sum(t.startswith("★") for tr in fig["data"] for row in tr["text"] for t in row) == 6  # 3 TP x 2 panels
     assert len(fig["layout"]["shapes"]) == 6

@@ -43,24 +43,46 @@ def best_in_column(cells, tp):
     return max(((v, lab) for (lab, t), (v, _) in cells.items() if t == tp and v is not None))
 
 
-def test_headline_says_which_budget_at_which_tp_by_how_much(client, grid):
-    html = client.get(reverse("analysis:sweep_detail", args=[grid.pk])).content.decode()
-    text = re.sub(r"<[^>]+>", "", html)
-    assert "TP1b15 6.50× (single run; 182.0 tok/s" in text  # DOMAIN.md: 6.5x autoregressive at TP1
-    assert "b15 2.89× (single run; 1270.8 tok/s" in text  # TP4, 8 concurrent: 1270.8 tok/s aggregate
+def _headline_text(client, sweep, query=""):
+    html = client.get(reverse("analysis:sweep_detail", args=[sweep.pk]) + query).content.decode()
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html[html.index('<section class="headline">'):]))
+
+
+def test_headline_single_runs_name_no_winner_and_show_the_ranking(client, grid):
+    text = _headline_text(client, grid)
+    assert "Speedups shown: decode speedup at concurrency 1, end-to-end speedup above it (default)." in text
+    assert "TP1single runs: no verdict (decode speedup: b15 " in text  # ranked, greyed, no winner
+    assert "single runs: no verdict (end-to-end speedup: b15 2.89×" in text  # TP4, 8 concurrent
+    assert "at concurrency 1 TP4 · b15 (281.8 tok/s" in text and "single runs: no verdict over TP4 · b16" in text
+    text = _headline_text(client, grid, "?speedup=e2e")
+    assert "TP1single runs: no verdict (end-to-end speedup: b15 6.50×, b16 6.31×" in text  # DOMAIN.md: 6.5x at TP1
+    html = client.get(reverse("analysis:sweep_detail", args=[grid.pk]) + "?speedup=e2e").content.decode()
+    assert "<strong>b15</strong>" not in html.split('<section class="headline">')[1].split("Highest output")[0]
+
+
+def test_headline_says_which_budget_at_which_tp_by_how_much(client):
+    grid = make_users_grid(repeats=3)  # repeats measure the same figures: intervals of zero width, separated
+    text = _headline_text(client, grid, "?speedup=e2e")
+    assert "TP1b15 6.50× end-to-end speedup (95% CI 6.50–6.50, 3 repeats; runner-up b16 6.31×" in text  # DOMAIN.md
+    assert "b15 2.89× end-to-end speedup (95% CI" in text  # TP4, 8 concurrent: 1270.8 tok/s aggregate
     assert "at concurrency 1 TP4 · b15 (281.8 tok/s" in text  # single requests: TP4 beats TP8
-    linear = client.get(reverse("analysis:sweep_detail", args=[grid.pk]) + "?baseline=linear").content.decode()
-    assert "<strong>b15</strong> 1.63×" in linear  # DOMAIN.md: 1.63x linear DFlash at TP1
+    assert "TP1b15 " in _headline_text(client, grid) and "× decode speedup (95% CI" in _headline_text(client, grid)
+    linear = client.get(reverse("analysis:sweep_detail", args=[grid.pk]) + "?baseline=linear&speedup=e2e")
+    assert "<strong>b15</strong> 1.63× end-to-end speedup" in linear.content.decode()  # DOMAIN.md: 1.63x linear
 
 
 def test_heatmap_best_tp1_cell_is_b15_at_six_and_a_half(client, grid):
-    fig = data(client, grid)["figures"]["speedup"]
+    fig = data(client, grid, "?speedup=e2e")["figures"]["speedup"]
     cells = heat(fig, 1)
     assert best_in_column(cells, "TP1") == (pytest.approx(6.5, abs=5e-3), "b15")
-    assert cells[("b15", "TP1")][1] == "★ 6.50×<br>single run"
+    assert cells[("b15", "TP1")][1] == "6.50×<br>single run"  # single runs: no ★
     assert [t["meta"]["concurrency"] for t in fig["data"]] == [1, 8]
+    assert [t["meta"]["speedup"] for t in fig["data"]] == ["end_to_end", "end_to_end"]
     assert fig["data"][0]["y"] == ["auto", "linear", "b15", "b16", "b32", "b64"]
-    vs_linear = heat(data(client, grid, "?baseline=linear")["figures"]["speedup"], 1)
+    default = data(client, grid)["figures"]["speedup"]
+    assert [t["meta"]["speedup"] for t in default["data"]] == ["decode", "end_to_end"]
+    assert "decode speedup" in default["layout"]["annotations"][0]["text"]
+    vs_linear = heat(data(client, grid, "?baseline=linear&speedup=e2e")["figures"]["speedup"], 1)
     assert best_in_column(vs_linear, "TP1") == (pytest.approx(1.63, abs=5e-3), "b15")
     assert vs_linear[("linear", "TP1")][0] == 1.0
 
@@ -89,7 +111,7 @@ def test_filters_live_in_the_url(client, grid):
     (trace,) = got["figures"]["speedup"]["data"]
     assert trace["x"] == ["TP1", "TP4"] and trace["y"] == ["auto", "b15", "b16", "b32", "b64"]  # + baseline row
     assert got["selection"] == {"tp": [1, 4], "concurrency": [8], "output_len": [], "method": ["ddtree"],
-                                "host": [], "baseline": "auto"}
+                                "host": [], "baseline": "auto", "speedup": "auto"}
     html = client.get(reverse("analysis:sweep_detail", args=[grid.pk]) + "?tp=1&tp=4&method=ddtree").content.decode()
     assert f'data-url="/sweeps/{grid.pk}/data.json?tp=1&amp;tp=4&amp;method=ddtree"' in html
     assert 'name="tp" value="4" checked' in html and 'name="tp" value="8">' in html

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchkit.compare.verdicts import MIN_COMPLETED_REQUESTS
 from benchkit.engines.adapters import adapter_for
 from benchkit.execution.outcome import RunOutcome
 from benchkit.measure import metrics
@@ -79,7 +80,7 @@ def point_logs(concurrency: int, n_tokens: int, tok_s: float, tau: float | None,
     """`concurrency` streams, each sending requests back to back (two in all at concurrency 1,
     one each above), each streaming `n_tokens` in messages of about `tau` tokens at a constant
     gap chosen so that the window's output tok/s is `tok_s`. Returns (logs, start ns, end ns)."""
-    per_stream = 2 if concurrency == 1 else 1
+    per_stream = -(-MIN_COMPLETED_REQUESTS // concurrency)  # enough requests to feed a verdict
     sizes = _chunks(n_tokens, tau or 1.0)
     window_ns = concurrency * per_stream * n_tokens / tok_s * 1e9
     gap_ns = (window_ns / per_stream - ttft_ms * MS) / (len(sizes) - 1)
