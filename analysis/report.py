@@ -183,8 +183,17 @@ def _ratios(sp) -> list[dict[str, Any]]:
 
 def _cell_parts(cell: Any) -> tuple[Any, Any, list[str]]:
     """(Speedup or None, lossless mark or None, [notes]) of one cell of dashboard.headline's
-    table: a (speedup, mark) pair, a bare Speedup, or a dict with "speedup"/"sp" and "mark" whose
-    other text values (a tie, a verdict sentence) become notes printed beside it."""
+    table: a verdicts.Verdict (its winner, else its fastest, with the verdict's sentence and the
+    speedup it ranks by as notes), a (speedup, mark) pair, a bare Speedup, or a dict with
+    "speedup"/"sp" and "mark" whose other text values (a tie, a sentence) become notes beside it."""
+    if hasattr(cell, "ranking") and hasattr(cell, "sentence"):  # benchkit.compare.verdicts.Verdict
+        top = cell.winner or cell.top
+        if top is None:
+            return None, None, [cell.sentence] if cell.sentence else []
+        notes = [f"{cell.figure.title}: {cell.sentence}" if cell.sentence else cell.figure.title]
+        if top.ci95:
+            notes.append(f"95% CI {top.ci95[0]:.2f}-{top.ci95[1]:.2f} over {top.n_repeats} repeats")
+        return top.speedup, top.mark, notes
     if isinstance(cell, dict):
         sp = cell.get("speedup", cell.get("sp"))
         notes = [f"{k.replace('_', ' ')}: {v}" if not isinstance(v, str) else v for k, v in cell.items()

@@ -81,7 +81,8 @@ def test_report_context_says_what_the_sweep_page_says(grid):
     assert (c1["concurrency"], c8["concurrency"]) == (1, 8) and c1["tps"] == ["TP1", "TP4", "TP8"]
     rows = {r["label"]: r["cells"] for r in c1["rows"]}
     assert list(rows) == ["auto", "linear", "b15", "b16", "b32", "b64"]
-    assert [c["best"] for c in rows["b15"]] == [True, True, True]
+    # single runs: the page names no winner (verdicts), so no cell is starred; b15 ranks first (above)
+    assert [c["best"] for c in rows["b15"]] == [False, False, False]
     assert rows["b15"][0]["tau"] == pytest.approx(7.4)
     # speedup ~= tau / relative step cost (the decomposition's identity, from the same library)
     assert rows["b15"][0]["value"] == pytest.approx(rows["b15"][0]["tau"] / rows["b15"][0]["cost"], rel=0.02)
@@ -185,8 +186,13 @@ def test_answer_renders_a_headline_cell_in_any_of_its_shapes(grid):
 
     page = dashboard.build_sweep_page(inp.points, inp.dims, inp.selection, inp.state_rows, inp.failures)
     head = page["headline"]
-    sp, mark = head["rows"][0]["cells"][0]
+    v = head["rows"][0]["cells"][0]  # a verdicts.Verdict today
     by_run = {p.run_id: p for p in inp.points}
+    got = report.answer(head, by_run)["rows"][0]
+    assert got["label"] == "b15" and any(v.sentence in n for n in got["notes"])
+    sp, mark = v.top.speedup, v.top.mark
+    head["rows"][0]["cells"][0] = (sp, mark)
+    assert report.answer(head, by_run)["rows"][0]["label"] == "b15"
     head["rows"][0]["cells"][0] = {"speedup": sp, "mark": mark, "tie": "within noise of b16"}
     got = report.answer(head, by_run)["rows"][0]
     assert got["label"] == "b15" and got["notes"] == ["within noise of b16"]
@@ -262,7 +268,8 @@ def test_demo_shaped_sweep_report_reads_back_the_page_headline(tmp_path):
     inp = report.load_inputs(sweep)
     page = dashboard.build_sweep_page(inp.points, inp.dims, inp.selection, inp.state_rows, inp.failures)
     for row in page["headline"]["rows"]:
-        for conc, (sp, _) in zip(page["headline"]["concurrency"], row["cells"], strict=True):
+        for conc, v in zip(page["headline"]["concurrency"], row["cells"], strict=True):
+            sp = (v.winner or v.top).speedup
             assert f"At TP{row['tp']} and concurrency {conc}: {sp.label} " in flat
             assert f"end-to-end speedup {sp.value:.2f}× auto" in flat
     assert "No GPUs: this host runs CPU servers only." in flat and "demo model: random weights" in flat
