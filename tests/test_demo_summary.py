@@ -34,6 +34,9 @@ def test_table_shows_decode_speedup_ci_tau_and_lossless():
     assert "beyond_floor 1/3" in line and "lossless 2/3" in line
     auto = next(x for x in text.splitlines() if x.startswith("auto"))
     assert "1.00x" in auto and "baseline" in auto
+    # the sweep page's verdict: 3 repeats each, draft_model k=2's interval clear of auto's
+    verdict = next(x for x in text.splitlines() if x.startswith("Verdict at TP1, concurrency 1"))
+    assert "decode speedup" in verdict and "draft_model k=2" in verdict and "tie" not in verdict
 
 
 def test_ratio_formats():

@@ -24,6 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from benchkit.compare import verdicts
 from benchkit.compare.speedups import AUTO, DECODE, END_TO_END, Ratio, compute_speedups
 from benchkit.engines.demo_models import build_demo_models, read_marker
 from runs import localstack, selectors
@@ -170,7 +171,9 @@ class Command(BaseCommand):
         end-to-end speedup over `auto` with their 95 % bootstrap intervals (>= 3 repeats), median
         tau, the median acceptance rate per draft position, and the lossless verdicts."""
         runs = list(selectors.sweep_runs(sweep))
-        speedups = compute_speedups(selectors.counted_points(runs), figures=(DECODE, END_TO_END))
+        points = selectors.counted_points(runs)
+        kept, excluded = verdicts.split_excluded(points)  # the sweep page's rule: degenerate points feed no verdict
+        speedups = compute_speedups(kept, figures=(DECODE, END_TO_END))
         by_key = {(sp.label, sp.point.concurrency): sp for sp in speedups}
         groups: dict[tuple[str, int], list] = {}
         for r in runs:
@@ -195,14 +198,23 @@ class Command(BaseCommand):
             taus = [r.metrics.acceptance_length for r in counted if r.metrics.acceptance_length is not None]
             pos = [r.metrics.per_position_acceptance_rate for r in counted if r.metrics.per_position_acceptance_rate]
             per_pos = " ".join(f"{statistics.median(v):.2f}" for v in zip(*pos, strict=False)) if pos else ""
-            verdicts = Counter(getattr(getattr(r, "lossless", None), "verdict", "") or "" for r in counted)
+            checks = Counter(getattr(getattr(r, "lossless", None), "verdict", "") or "" for r in counted)
             verdict = ("baseline" if label == AUTO else
-                       ", ".join(f"{v or 'none'} {n}/{len(counted)}" for v, n in sorted(verdicts.items())))
+                       ", ".join(f"{v or 'none'} {n}/{len(counted)}" for v, n in sorted(checks.items())))
             out.write(f"{label:<16} {conc:>4} {len(counted):>4} "
                       f"{statistics.median(tps) if tps else float('nan'):>9.1f} "
                       f"{_ratio(sp.ratios[DECODE.name]) if sp else '':>20} "
                       f"{_ratio(sp.ratios[END_TO_END.name]) if sp else '':>20} "
                       f"{f'{statistics.median(taus):.2f}' if taus else '':>5}  {per_pos[:24]:<24} {verdict}")
+        if excluded:
+            out.write(verdicts.excluded_line(points, excluded))
+        by_run = {p.run_id: p for p in points}
+        for conc in sorted({sp.point.concurrency for sp in speedups if sp.point.concurrency is not None}):
+            fig = verdicts.figure_for("auto", conc)  # the page's default: decode at 1, end-to-end above
+            for tp in sorted({sp.point.tp for sp in speedups if sp.point.concurrency == conc}):
+                v = verdicts.verdict([sp for sp in speedups if (sp.point.concurrency, sp.point.tp) == (conc, tp)],
+                                     fig, by_run)
+                out.write(f"Verdict at TP{tp}, concurrency {conc} ({fig.title}): {v.sentence}")
 
 
 def _ratio(r: Ratio) -> str:
