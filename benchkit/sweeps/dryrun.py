@@ -136,7 +136,7 @@ def _plan_start(start: PlannedStart, workdir: Path, gpu_checks: bool,
             start.port = runner.choose_port(adapter)
             start.port_note = "free now; a free one is chosen again when the server starts"
         launch = adapter.launch(s, start.port, spec.gpus, seed=spec.workload.seed, workdir=workdir,
-                                name_hint="dry-run")
+                                name_hint="dry-run", acceptance_tau=s.acceptance_tau)
     except (adapters.EngineConfigError, RuntimeError, OSError) as exc:
         start.failures.append(("launch", "config_error", str(exc)))
         return
