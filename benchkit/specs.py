@@ -141,7 +141,8 @@ class RunSpec:
         forbid sharing a server (engine, build, model, drafter, method, k, tree budget, TP,
         dtype, max_model_len, load format, prefix caching, extra args, env, endpoint), the
         workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
-        temperature, seed) and the repeat index; a twin's pinned `acceptance_tau` when set. Not included: GPUs, port, limits, SLOs, warmup.
+        temperature, seed) and the repeat index; a twin's pinned `acceptance_tau` when set.
+        Not included: GPUs, port, limits, SLOs, warmup.
         Which fields: those declared with `_defines`."""
         s, w = self.server, self.workload
         server = {f: getattr(s, f) for f in _SERVER_POINT_FIELDS}
