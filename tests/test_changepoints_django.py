@@ -80,7 +80,9 @@ def test_planted_changes_are_stored_at_their_nights_beside_the_flags_and_never_d
     assert changepoints.acknowledge([row.pk], "someone", "again") == 0
 
     # the pages: trend page draws and explains them, saying which rule found what; home lists them
-    page = client.get(reverse("analysis:series", args=[series.host.name, last.name])).content.decode()
-    assert "change point" in page and "found by" in page and drop_row.sentence.split(";")[0] in page
+    page = client.get(reverse("analysis:trend") + f"?host={series.host.name}&series={last.name}").content.decode()
+    assert all(f'data-change-point="{pk}"' in page for pk in ids) and "found by all metrics jointly" in page
+    assert "rolling median (two nights, 10 %)" in page and 'triangle-up' in page  # marks drawn on the tok/s figure
     home = client.get(reverse("analysis:home")).content.decode()
-    assert "change point" in home
+    assert all(f'data-change-point="{pk}"' in home for pk in ids if pk != row.pk)  # open ones beside the flags
+    assert f'data-change-point="{row.pk}"' not in home and 'id="flags"' in home
