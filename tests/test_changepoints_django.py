@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from runs import tasks
-from runs.models import ChangePoint, RegressionFlag
+from runs.models import ChangePoint, RegressionFlag, RunMetrics
 from runs.services import changepoints
 from tests.nightly import build_nightly_series
 from tests.nightly_figures import ISSUE21_CHANGES, PLANTED
@@ -86,3 +86,33 @@ def test_planted_changes_are_stored_at_their_nights_beside_the_flags_and_never_d
     home = client.get(reverse("analysis:home")).content.decode()
     assert all(f'data-change-point="{pk}"' in home for pk in ids if pk != row.pk)  # open ones beside the flags
     assert f'data-change-point="{row.pk}"' not in home and 'id="flags"' in home
+
+
+def test_trend_page_shows_per_position_acceptance_night_by_night(series, client):
+    """A drafter change that only hurts deep positions is visible: per-position rates of one point
+    (the figure each run already has), night by night, from its change point's link."""
+    tasks.detect_regressions_task(series.sweeps[-1].pk)
+    step, drift, drop = ISSUE21_CHANGES
+    cp = ChangePoint.objects.get(host=series.host, label=drop.label, tp=drop.tp, concurrency=drop.concurrency)
+    night = {s.pk: i + 1 for i, s in enumerate(series.sweeps)}
+    rows = RunMetrics.objects.filter(run__sweep__in=series.sweeps, run__tp=drop.tp, run__concurrency=drop.concurrency,
+                                     run__tree_budget=15)
+    assert rows.count() == 14
+    for m in rows.select_related("run"):  # deep positions fall from night 7 on, the first holds
+        deep = 0.5 if night[m.run.sweep_id] >= 7 else 0.8
+        m.per_position_acceptance_rate = [0.9, deep, deep / 2]
+        m.save(update_fields=["per_position_acceptance_rate"])
+    base = reverse("analysis:trend") + f"?host={series.host.name}&series={series.sweeps[-1].name}"
+    page = client.get(base).content.decode()
+    assert f"point={cp.point_key}#acceptance" in page  # each change point links to its point's positions
+    page = client.get(f"{base}&point={cp.point_key}").content.decode()
+    assert 'id="acceptance-positions"' in page and "position 3" in page
+    table = page.split('id="acceptance-positions"')[1].split("</table>")[0]
+    assert table.count("<tr>") == 15  # header + 14 nights
+    assert "<td>0.900</td><td>0.800</td><td>0.400</td>" in table
+    assert "<td>0.900</td><td>0.500</td><td>0.250</td>" in table
+    data = client.get(reverse("analysis:trend_data") + f"?host={series.host.name}&series={series.sweeps[-1].name}"
+                      f"&point={cp.point_key}").json()
+    assert [r["rates"][1] for r in data["acceptance"]["rows"]] == [0.8] * 6 + [0.5] * 8
+    other = client.get(f"{base}&point={'0' * 32}").content.decode()
+    assert "no per-position acceptance rates" in other
