@@ -134,3 +134,20 @@ def test_plan_twin_says_no_twin_with_the_reason():
                                         "num_speculative_tokens": 3, "drafter": "d"}})
     plan = twins.plan_twin(sgl, twins.TwinRequest(tau=2.5))
     assert plan.spec is not None and "SGLang simulated acceptance" in plan.note
+
+
+def test_dry_run_plans_the_twin_with_its_argv(tmp_path, monkeypatch):
+    """The dry run shows a twin's server start (its speculative config with forced acceptance)
+    and says why a point gets no twin."""
+    from benchkit.sweeps.dryrun import format_plan, plan_sweep
+
+    monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(SYNTHETIC_FLAGS))
+    model = synthetic_model(tmp_path)
+    plan = plan_sweep(parse_sweep(sweep_doc(model, {"acceptance": "pinned", "tau": GOLDEN})), None, "box")
+    assert plan.n_runs == 3
+    twin_starts = [s for s in plan.starts if s.spec.server.acceptance_tau == GOLDEN]
+    assert len(twin_starts) == 1 and '"synthetic_acceptance_length":2.5' in " ".join(twin_starts[0].argv)
+    assert "twin, acceptance pinned at tau 2.5" in format_plan(plan)
+    plan = plan_sweep(parse_sweep(sweep_doc(model, {"acceptance": "pinned"})), None, "box",
+                      twin_history=lambda r, n: [])
+    assert plan.n_runs == 2 and any("no twin: no golden tau" in n for n in plan.notes)

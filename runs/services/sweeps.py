@@ -171,7 +171,8 @@ def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
     inventory = latest_inventory(host) if host else None
     if inventory is None and this_machine:
         inventory = collect_inventory()
-    return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine)
+    history = (lambda r, nights: point_tau_history(host, spec.name, r.point_key(), nights)) if host else None
+    return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine, twin_history=history)
 
 
 def _caller_hosts(spec: sweepfile.SweepSpec, host_name: str | list[str] | None) -> tuple[Host | None, list[Host]]:
