@@ -504,6 +504,3 @@ class ResultFileAdmin(AuditReadOnly, admin.ModelAdmin):
     list_filter = ("source_tool",)
     search_fields = ("name", "sha256")
     readonly_fields = ("sha256", "name", "size_bytes", "source_tool", "sweep", "imported_at")
-
-
-from runs import admin_changepoints  # noqa: E402, F401  (registers ChangePointAdmin; issue 21)

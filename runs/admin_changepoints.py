@@ -1,4 +1,4 @@
-"""Admin of change points (issue 21), imported by runs.admin: written by detection only
+"""Admin of change points (issue 21), imported by RunsConfig.ready: written by detection only
 (runs.services.changepoints); an administrator with `runs.acknowledge_changepoint` acknowledges
 them with a reason, as regression flags are."""
 
