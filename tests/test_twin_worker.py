@@ -13,6 +13,7 @@ import gc
 import json
 
 import pytest
+from django.urls import reverse
 
 from benchkit.compare import lossless as ll
 from benchkit.hosts.inventory import HostInventory
@@ -46,7 +47,7 @@ def sweep_doc(model, twin: dict) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 def test_spec_run_and_its_pinned_twin_are_stored_linked_and_the_twin_holds_the_pinned_tau(tmp_path, monkeypatch,
-                                                                                          settings):
+                                                                                          settings, client):
     monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(SYNTHETIC_FLAGS))
     settings.DRAFTBOARD_RUNS_DIR = str(tmp_path / "runs")
     sent = []
@@ -84,6 +85,11 @@ def test_spec_run_and_its_pinned_twin_are_stored_linked_and_the_twin_holds_the_p
     check = LosslessCheck.objects.get(run=twin)
     assert check.reason == ll.SYNTHETIC_ACCEPTANCE and "not lossless by design" in check.sentence
     assert tasks.detect_regressions_task(sweep.pk) == []  # the first night: nothing judged, nothing raised
+
+    page = client.get(reverse("analysis:run_detail", args=[twin.pk])).content.decode()
+    assert 'id="twin-of"' in page and f'href="{reverse("analysis:run_detail", args=[real.pk])}"' in page
+    assert f'href="{reverse("analysis:run_detail", args=[twin.pk])}"' in client.get(
+        reverse("analysis:run_detail", args=[real.pk])).content.decode()
 
     # excluded from every headline: the counted runs (charts, speedups, exports) leave the twin out
     assert {p.run_id for p in figure_points(sweep.pk, ("output_throughput_tok_s",))} == {auto.pk, real.pk}
