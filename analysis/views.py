@@ -11,7 +11,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, display, exports, figures, filters, history, report
+from analysis import changepoints, dashboard, display, exports, figures, filters, history, report
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.compare import verdicts
@@ -224,8 +224,10 @@ def _home_context() -> dict:
     ids = [s.pk for s in latest]
     points = selectors.history_points(ids, tuple(dict.fromkeys((SPEED_FIELD, *verdicts.EXCLUSION_FIGURES))),
                                       snapshots={})
-    return history.build_home(latest, selectors.state_counts_by_sweep(ids), points,
-                              selectors.open_regression_flags(limit=history.ROW_LIMIT))
+    ctx = history.build_home(latest, selectors.state_counts_by_sweep(ids), points,
+                             selectors.open_regression_flags(limit=history.ROW_LIMIT))
+    ctx["data"]["change_points"] = changepoints.home_rows(selectors.open_change_points(limit=history.ROW_LIMIT))
+    return ctx
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -330,6 +332,7 @@ def _trend_context(request: HttpRequest) -> dict | None:
     points = selectors.history_points([n.pk for n in nights], (SPEED_FIELD,), chosen, snaps)
     flags = selectors.series_regression_flags(host.pk, name, [n.pk for n in nights])
     ctx = history.build_trend(host, name, nights, points, flags, snaps[host.pk], facets, chosen)
+    changepoints.extend_trend(ctx, host, name, nights, points, request.GET.get("point", "").strip()[:64])
     ctx.update(host=host, series=name, nights=nights, first=nights[0], latest=nights[-1])
     return ctx
 

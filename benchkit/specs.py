@@ -62,6 +62,11 @@ class ServerConfig:
     endpoint_url: str = _defines("")
     engine_build: str = _defines("")  # key into engine_flags.yaml overrides, e.g. "sglang-ddtree-pr"
     is_demo_model: bool = False
+    #: An acceptance-controlled twin (issue 21): the engine's synthetic acceptance pinned to this
+    #: mean acceptance length (tokens per verify pass, bonus token included; the adapter's
+    #: `twin` says how, or refuses: "no twin"). None: a real run. In `point_fields` only when set,
+    #: so the keys of real runs are those stored before the field existed.
+    acceptance_tau: float | None = None
 
 
 @dataclass
@@ -136,11 +141,15 @@ class RunSpec:
         forbid sharing a server (engine, build, model, drafter, method, k, tree budget, TP,
         dtype, max_model_len, load format, prefix caching, extra args, env, endpoint), the
         workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
-        temperature, seed) and the repeat index. Not included: GPUs, port, limits, SLOs, warmup.
+        temperature, seed) and the repeat index; a twin's pinned `acceptance_tau` when set.
+        Not included: GPUs, port, limits, SLOs, warmup.
         Which fields: those declared with `_defines`."""
         s, w = self.server, self.workload
+        server = {f: getattr(s, f) for f in _SERVER_POINT_FIELDS}
+        if s.acceptance_tau is not None:  # a twin: pinned acceptance defines its measurement
+            server["acceptance_tau"] = s.acceptance_tau
         return {
-            "server": {f: getattr(s, f) for f in _SERVER_POINT_FIELDS},
+            "server": server,
             "workload": {f: getattr(w, f) for f in _WORKLOAD_POINT_FIELDS},
             "repeat": self.repeat_index,
         }

@@ -8,3 +8,7 @@ class RunsConfig(AppConfig):
 
     default_auto_field = "django.db.models.BigAutoField"
     name = "runs"
+
+    def ready(self) -> None:
+        """Register the change points' admin (runs.admin_changepoints, beside runs.admin)."""
+        from runs import admin_changepoints  # noqa: F401

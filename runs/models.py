@@ -192,8 +192,14 @@ class RunQuerySet(models.QuerySet):
 
     def counted(self) -> RunQuerySet:
         """Runs that feed charts, speedups and exports: succeeded, with metrics (failed and
-        invalidated runs never count; MEASUREMENT.md "When a run does not count")."""
-        return self.filter(state=RunState.SUCCEEDED, metrics__isnull=False)
+        invalidated runs never count; MEASUREMENT.md "When a run does not count"). An
+        acceptance-controlled twin (`twin_of` set) never counts: its acceptance is forced, so its
+        figures are read beside its real run only (`twins`)."""
+        return self.filter(state=RunState.SUCCEEDED, metrics__isnull=False, twin_of__isnull=True)
+
+    def twins(self) -> RunQuerySet:
+        """Succeeded acceptance-controlled twins with metrics (issue 21): what `counted` leaves out."""
+        return self.filter(state=RunState.SUCCEEDED, metrics__isnull=False, twin_of__isnull=False)
 
 
 class Run(models.Model):
@@ -276,6 +282,13 @@ class Run(models.Model):
     # offline hosts (runs.services.ingest): the UUID the run got in its bundle; ingesting it again is a no-op
     run_uuid = models.UUIDField(null=True, blank=True, unique=True, editable=False,
                                 help_text="UUID of a run ingested from an offline bundle")
+    # acceptance-controlled twin (issue 21, benchkit.sweeps.twins): the real run it pins
+    twin_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="twins",
+                                help_text="the real run this twin measures with acceptance pinned")
+    pinned_tau = models.FloatField(null=True, blank=True, help_text="a twin's forced mean acceptance length "
+                                   "(tokens per verify pass)")
+    pinned_tau_source = models.CharField(max_length=20, blank=True, help_text="golden (the file's tau) or "
+                                         "median (of the point's last nights)")
 
     objects = RunQuerySet.as_manager()
 
@@ -534,6 +547,8 @@ class RegressionFlag(models.Model):
     run_ids = models.JSONField(default=list)
     baseline_sweep_ids = models.JSONField(default=list)
     note = models.TextField(blank=True, help_text="environment changes inside the window")
+    attribution = models.JSONField(default=dict, blank=True, help_text="drafter / verify path / both "
+                                   "(benchkit.compare.attribution, with the twin's figures); {} when not judged")
     detected_at = models.DateTimeField(auto_now_add=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.CharField(max_length=150, blank=True, help_text="username")
@@ -553,6 +568,71 @@ class RegressionFlag(models.Model):
 
     def __str__(self) -> str:
         return f"{self.series}: {self.label} TP{self.tp} c{self.concurrency} {self.change_pct:+.1f}%"
+
+    @property
+    def is_open(self) -> bool:
+        """Not acknowledged yet."""
+        return self.acknowledged_at is None
+
+
+class ChangePointKind(models.TextChoices):
+    """benchkit.compare.changepoints: a step at one night, or a drift through several."""
+
+    STEP = "step", "step"
+    DRIFT = "drift", "drift"
+
+
+class ChangePoint(models.Model):
+    """A change point of one point of a nightly series (benchkit.compare.changepoints.ChangePoint
+    over the whole history; runs.services.changepoints stores it).
+
+    Natural key (host, series, point_key, sweep): re-running detection updates it in place and
+    never duplicates it; an unacknowledged change point that a re-run no longer finds is deleted
+    (a drift's start may move by a night as nights are added), an acknowledged one is kept.
+    `shifts`: each metric that moved ({metric, kind, before, after, change_pct, verdict, p_value,
+    ...}, the metric's unit); `env_changes`: the environment differences at that night
+    ({index, sweep_id, key, before, after}); `found_by`: which rule proposed it (`joint`,
+    `metric:NAME`, `environment`); `attribution`: drafter / verify path / both / unknown / no
+    twin with its figures (benchkit.compare.attribution), {} for a point without tau.
+    """
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="change_points",
+                              help_text="the night it happened (a drift's first changed night)")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="change_points")
+    series = models.CharField(max_length=200, help_text="the sweep name (a series is one name on one host)")
+    point_key = models.CharField(max_length=64, help_text="benchkit.point.Point.identity_hash")
+    label = models.CharField(max_length=100)
+    tp = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()
+    input_len = models.PositiveIntegerField()
+    output_len = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=ChangePointKind.choices)
+    metrics = models.JSONField(default=list, help_text="names of the metrics that moved")
+    shifts = models.JSONField(default=list)
+    env_changes = models.JSONField(default=list)
+    found_by = models.JSONField(default=list)
+    sentence = models.TextField(help_text="the explanation the pages print")
+    before_sweep_ids = models.JSONField(default=list, help_text="the nights compared before")
+    after_sweep_ids = models.JSONField(default=list, help_text="the nights compared after")
+    attribution = models.JSONField(default=dict, blank=True)
+    detected_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=150, blank=True, help_text="username")
+    ack_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-sweep__created_at", "tp", "concurrency", "label"]
+        constraints = [models.UniqueConstraint(fields=["host", "series", "point_key", "sweep"],
+                                               name="change_point_unique_point_per_night")]
+        indexes = [
+            models.Index(fields=["-detected_at"], name="change_point_open", condition=Q(acknowledged_at__isnull=True)),
+            models.Index(fields=["host", "series"], name="change_point_series"),
+        ]
+        permissions = [("acknowledge_changepoint", "Can acknowledge change points")]
+
+    def __str__(self) -> str:
+        return f"{self.series}: {self.label} TP{self.tp} c{self.concurrency} {self.kind} ({', '.join(self.metrics)})"
 
     @property
     def is_open(self) -> bool:

@@ -29,6 +29,7 @@ from benchkit.point import (
 )
 from runs.models import (
     ACTIVE_STATES,
+    ChangePoint,
     GpuPrice,
     HardwareSnapshot,
     Host,
@@ -580,3 +581,24 @@ def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
     cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
     alive = Case(When(worker_seen_at__gte=cutoff, then=Value(True)), default=Value(False), output_field=BooleanField())
     return Host.objects.annotate(worker_alive=alive).order_by("name")
+
+
+def open_change_points(limit: int = 50) -> list[ChangePoint]:
+    """Unacknowledged change points, newest first, with their sweep and host (one query over the
+    partial index `change_point_open`)."""
+    return list(ChangePoint.objects.filter(acknowledged_at__isnull=True).select_related("sweep", "host")
+                .order_by("-detected_at", "-pk")[:limit])
+
+
+def series_change_points(host_id: int, name: str, sweep_ids: list[int]) -> list[ChangePoint]:
+    """The series' change points (open and acknowledged) on the nights `sweep_ids` (one query)."""
+    return list(ChangePoint.objects.filter(host_id=host_id, series=name, sweep_id__in=sweep_ids)
+                .order_by("sweep_id", "tp", "concurrency", "label"))
+
+
+def point_acceptance_history(sweep_ids: list[int], point_key: str) -> list[Point]:
+    """The counted runs of point `point_key` (Point.identity_hash) on the nights `sweep_ids`, with
+    tau and the per-position acceptance rates, in (sweep, id) order (one query over those sweeps'
+    runs; the key is matched here)."""
+    pts = history_points(sweep_ids, ("acceptance_length", "per_position_acceptance_rate"), snapshots={}, gpus=False)
+    return [p for p in pts if p.identity_hash() == point_key]

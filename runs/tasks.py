@@ -11,7 +11,7 @@ from datetime import date, datetime
 from celery import shared_task
 
 from runs import worker  # noqa: F401  (connects the worker signal handlers)
-from runs.services import dispatch, execution, leases, lossless, regressions, supervision, sweeps
+from runs.services import changepoints, dispatch, execution, leases, lossless, regressions, supervision, sweeps
 
 #: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
 #: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
@@ -57,8 +57,12 @@ def supervise_host_task(host_name: str, checkpoint: str = "") -> dict:
 @shared_task(name=dispatch.DETECT_REGRESSIONS_TASK, acks_late=True)
 def detect_regressions_task(sweep_id: int) -> list[int]:
     """Judge sweep `sweep_id` against the earlier nights of its series and store regression flags
-    (regressions.detect_for_sweep); returns the flag ids. Queued when the sweep's last run finished."""
-    return regressions.detect_for_sweep(sweep_id).flagged
+    (regressions.detect_for_sweep), then the change points of its whole series with their
+    attributions (changepoints.detect_for_sweep_logged: an error there is logged, the flags stay);
+    returns the flag ids. Queued when the sweep's last run finished."""
+    flagged = regressions.detect_for_sweep(sweep_id).flagged
+    changepoints.detect_for_sweep_logged(sweep_id)
+    return flagged
 
 
 @shared_task(name=dispatch.CHECK_LOSSLESS_TASK, acks_late=True)

@@ -61,6 +61,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -113,6 +114,11 @@ class SyntheticConfig:
     spec_metrics: bool = False
     diverge_after: int | None = None
     diverge_share: float = 0.0
+    #: Forced acceptance (vLLM's `rejection_sample_method: synthetic` with
+    #: `synthetic_acceptance_length`, which the vLLM CPU build refuses): with `spec_k` > 0, message
+    #: j >= 1 of a request carries round(j tau) - round((j - 1) tau) tokens, so the counted mean
+    #: acceptance length is `forced_tau` (up to the last message's truncation).
+    forced_tau: float | None = None
 
     def diverges(self, prompt: str) -> bool:
         """Whether this prompt's output diverges (`diverge_after`, `diverge_share`)."""
@@ -338,6 +344,8 @@ class SyntheticServer:
                 if (j > 0 or cfg.first_message_tokens is None)
                 else cfg.first_message_tokens
             )
+            if cfg.forced_tau is not None and cfg.spec_k and j > 0:
+                k = math.floor(j * cfg.forced_tau + 0.5) - math.floor((j - 1) * cfg.forced_tau + 0.5)
             k = min(k, n_out - sent)
             due = t0 + (ttft_ms + j * gap_ms) / 1000.0
             await asyncio.sleep(max(0.0, due - loop.time()))
@@ -489,7 +497,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--diverge-after", type=int, default=None, help="a lossy speculative build: with "
                         "--speculative-config, outputs differ from token P on (see --diverge-share)")
     parser.add_argument("--diverge-share", type=float, default=0.0, help="the share of prompts that diverge")
-    parser.add_argument("--speculative-config", default="", help="vLLM's flag: any value means speculating")
+    parser.add_argument("--speculative-config", default="", help="vLLM's flag: any value means speculating; "
+                        "with `rejection_sample_method: synthetic` its `synthetic_acceptance_length` is forced "
+                        "(and counted as vLLM's spec-decode counters, k = its num_speculative_tokens)")
+    parser.add_argument("--spec-counters", action="store_true", help="with --speculative-config: count vLLM's "
+                        "spec-decode counters (k = num_speculative_tokens; tau = tokens per message)")
     args, _engine_flags = parser.parse_known_args(argv)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -501,9 +513,13 @@ def main(argv: list[str] | None = None) -> None:
         while True:
             time.sleep(3600)
     lossy = args.speculative_config and args.diverge_after is not None
+    spec = json.loads(args.speculative_config) if args.speculative_config.startswith("{") else {}
+    forced = spec.get("synthetic_acceptance_length") if spec.get("rejection_sample_method") == "synthetic" else None
+    k = int(spec.get("num_speculative_tokens") or 1) if (forced is not None or args.spec_counters) and spec else 0
     cfg = SyntheticConfig(ttft_ms=args.ttft_ms, gap_ms=args.gap_ms, tokens_per_message=args.tokens_per_message,
                           model=args.served_model_name, diverge_after=args.diverge_after if lossy else None,
-                          diverge_share=args.diverge_share if lossy else 0.0)
+                          diverge_share=args.diverge_share if lossy else 0.0, spec_k=k,
+                          forced_tau=float(forced) if forced is not None else None)
     server = SyntheticServer(cfg, sock=sock)
     server.start()
     print(f"synthetic server pid {os.getpid()} on {server.base_url}", flush=True)

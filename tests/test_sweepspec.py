@@ -292,7 +292,7 @@ def test_file_sections_follow_the_spec_dataclasses():
     assert set(WorkloadSection.model_fields) == {f.name for f in fields(WorkloadSpec)} - {"slo"}
     assert set(LimitsSection.model_fields) == {f.name for f in fields(Limits)}
     set_elsewhere = {"engine", "model", "drafter", "method", "num_speculative_tokens", "tree_budget", "tp",
-                     "engine_build"}
+                     "engine_build", "acceptance_tau"}  # acceptance_tau: a twin's, from `twin:` (issue 21)
     assert set(ServerSection.model_fields) == {f.name for f in fields(ServerConfig)} - set_elsewhere
     for section, cls in ((WorkloadSection, WorkloadSpec), (LimitsSection, Limits), (ServerSection, ServerConfig)):
         default = cls()

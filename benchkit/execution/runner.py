@@ -222,7 +222,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
         else:
             port = first.port if first.port is not None else choose_port(adapter)
             launch = adapter.launch(s, port, first.gpus, seed=first.workload.seed, workdir=workdir,
-                                    name_hint=workdir.name)
+                                    name_hint=workdir.name, acceptance_tau=s.acceptance_tau)
             provenance = environment.unreadable_provenance(
                 launch.build_env.build, "preflight failed before the engine's environment was read",
                 {"kind": launch.build_env.kind, "python": launch.build_env.python})

@@ -24,6 +24,7 @@ from __future__ import annotations
 import shlex
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from benchkit.hosts import preflight
 from benchkit.hosts.allocation import Allocation
 from benchkit.hosts.inventory import HostInventory
 from benchkit.specs import RunSpec, server_groups
+from benchkit.sweeps import twins
 from benchkit.sweeps.sweepfile import Refusal, SweepSpec
 
 
@@ -96,15 +98,29 @@ def _check_key(name: str, spec: RunSpec, launch: Any) -> tuple:
 
 
 def plan_sweep(spec: SweepSpec, inventory: HostInventory | None, host: str = "", *,
-               gpu_checks: bool = False) -> SweepPlan:
+               gpu_checks: bool = False, twin_history: Callable[[RunSpec, int], list[float]] | None = None
+               ) -> SweepPlan:
     """Plan every run of `spec` on the host whose inventory is `inventory` (None: no GPUs planned)
     and check each server start now (see the module docstring). `gpu_checks`: run the CUDA and
     idle-GPU checks (only meaningful on the host itself). A TP degree the host cannot hold is a
     Refusal in `refused` (its runs are not planned); every other problem is a failure of its
-    start. Raises SweepError for unresolved placeholders."""
+    start. Raises SweepError for unresolved placeholders. The acceptance-controlled twins the file
+    asks for (`twin:`) are planned too (benchkit.sweeps.twins.plan_twin; `twin_history(run,
+    nights)` gives a point's earlier taus for a twin without a golden tau, none without it); a
+    point without a twin is a note saying why."""
     spec.require_resolved()
     fit = spec.fit_on(inventory, host)
-    runspecs = fit.runs
+    runspecs = list(fit.runs)
+    twin_notes = []
+    for r in fit.runs:
+        request = spec.twin_for(r)
+        if request is None:
+            continue
+        history = twin_history(r, request.nights) if twin_history and request.tau is None else []
+        twin = twins.plan_twin(r, request, history)
+        if twin.spec is not None:
+            runspecs.append(twin.spec)
+        twin_notes.append(f"{r.server.method} TP{r.server.tp} c{r.workload.concurrency}: {twin.note}")
     plan = SweepPlan(source=spec.source, host=host, gpu_plan=fit.gpu_plan, starts=[], n_runs=len(runspecs),
                      share_server=spec.share_server, refused=fit.refused)
     if inventory is None:
@@ -112,6 +128,7 @@ def plan_sweep(spec: SweepSpec, inventory: HostInventory | None, host: str = "",
                           "(run `manage.py record_inventory` on it)")
     if not gpu_checks:
         plan.notes.append("GPU checks (CUDA initialisation, idle GPUs) skipped: the host is not this machine")
+    plan.notes += twin_notes
     results: dict[tuple, tuple[str, str] | None] = {}
     with tempfile.TemporaryDirectory(prefix="draftboard-dry-run-") as tmp:
         for number, group in enumerate(server_groups(runspecs, spec.share_server), start=1):
@@ -136,7 +153,7 @@ def _plan_start(start: PlannedStart, workdir: Path, gpu_checks: bool,
             start.port = runner.choose_port(adapter)
             start.port_note = "free now; a free one is chosen again when the server starts"
         launch = adapter.launch(s, start.port, spec.gpus, seed=spec.workload.seed, workdir=workdir,
-                                name_hint="dry-run")
+                                name_hint="dry-run", acceptance_tau=s.acceptance_tau)
     except (adapters.EngineConfigError, RuntimeError, OSError) as exc:
         start.failures.append(("launch", "config_error", str(exc)))
         return
@@ -219,10 +236,12 @@ def _runs(n: int) -> str:
 
 
 def _point(r: RunSpec) -> str:
-    """`auto b15 TP4 concurrency 8 input 128 output 1024 repeat 0` (one run of the plan)."""
+    """`auto b15 TP4 concurrency 8 input 128 output 1024 repeat 0` (one run of the plan; a twin says
+    its pinned tau)."""
     w = r.workload
     return (f"{r.server.method}{' b' + str(r.server.tree_budget) if r.server.tree_budget else ''} TP{r.server.tp} "
-            f"concurrency {w.concurrency} input {w.input_len} output {w.output_len} repeat {r.repeat_index}")
+            f"concurrency {w.concurrency} input {w.input_len} output {w.output_len} repeat {r.repeat_index}"
+            + (f" · twin, acceptance pinned at tau {r.server.acceptance_tau:g}" if r.server.acceptance_tau else ""))
 
 
 def _gpus_of(alloc: Allocation) -> str:

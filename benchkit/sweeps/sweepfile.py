@@ -37,6 +37,11 @@ concurrency x output length x input length x repeat. Layout (every key but `name
                                      # planned on each host's own inventory); default: the
                                      # host the command or form names
     share_server: true               # runs differing only in workload share a server start
+    twin: {acceptance: pinned, tau: 3.2, nights: 7}  # an acceptance-controlled twin of every
+                                     # speculative point (or per `grid.methods` entry): a second
+                                     # run with the engine's synthetic acceptance pinned to `tau`
+                                     # (default: the point's median tau of the last `nights`
+                                     # nights); benchkit.sweeps.twins, docs/CHANGEPOINTS.md
     extra: {}                        # free-form metadata, stored with the sweep
 
 The layout is the pydantic model `SweepFile` (unknown keys forbidden, no type coercion). What a
@@ -87,6 +92,7 @@ from benchkit.hosts.allocation import Allocation, fit_sweep_gpus
 from benchkit.hosts.inventory import HostInventory
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
+from benchkit.sweeps.twins import DEFAULT_NIGHTS, TwinRequest
 
 #: Workload fields a grid may list as axes (else one value, from `workload:` or the default).
 GRID_AXES = ("concurrency", "output_len", "input_len")
@@ -211,6 +217,29 @@ class ServerSection(StrictModel):
     is_demo_model: bool = False
 
 
+class TwinSection(StrictModel):
+    """`twin:` (top level, or on a `grid.methods` entry): an acceptance-controlled twin of each
+    speculative point (benchkit.sweeps.twins). `acceptance: pinned` is the only kind; `tau` a
+    golden tau (tokens per verify pass, bonus token included, >= 1); without it the twin is
+    pinned to the point's median tau over the last `nights` nights of its series."""
+
+    acceptance: Literal["pinned"]
+    tau: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] | None = None
+    nights: PositiveInt = DEFAULT_NIGHTS
+
+    def request(self) -> TwinRequest:
+        """The benchkit.sweeps.twins.TwinRequest this section asks for."""
+        return TwinRequest(self.acceptance, self.tau, self.nights)
+
+
+def _engine_can_twin(engine: str) -> bool:
+    """Whether `engine` (registered) has a way to force acceptance (EngineAdapter.acceptance_twin)."""
+    try:
+        return adapter_for(engine).acceptance_twin(1.0, None) is not None
+    except EngineConfigError:
+        return False
+
+
 class MethodEntry(StrictModel):
     """One `grid.methods` entry: a method name alone, or a mapping whose list values expand
     (k values x tree budgets). `drafter` / `engine_build` None: the sweep's."""
@@ -222,6 +251,7 @@ class MethodEntry(StrictModel):
     engine_build: str | None = None
     prefix_caching: bool | None = None
     extra_args: list[str] = Field(default_factory=list)
+    twin: TwinSection | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -319,6 +349,7 @@ class SweepFile(StrictModel):
     cross_numa: bool = True
     hosts: HostNames | None = None
     share_server: bool = True
+    twin: TwinSection | None = None
     extra: dict[Any, Any] | None = None
 
     @field_validator("name")
@@ -342,6 +373,15 @@ class SweepFile(StrictModel):
                 raise FieldProblem(("grid", "methods", i), f"duplicate method entry {variant.label!r} (each point "
                                                            "runs once; use `repeats` for repeated measurements)")
             seen.append(variant)
+        twins = [("twin",)] if self.twin is not None else []
+        twins += [("grid", "methods", i, "twin") for i, e in enumerate(self.grid.methods) if e.twin is not None]
+        for i, e in enumerate(self.grid.methods):
+            if e.twin is not None and e.method == "auto":
+                raise FieldProblem(("grid", "methods", i, "twin"), "method 'auto' does not speculate: a twin pins "
+                                                                   "a speculative point's acceptance")
+        if twins and not _engine_can_twin(self.engine):
+            raise FieldProblem(twins[0], f"engine {self.engine!r} has no way to force acceptance: no twin "
+                                         "(benchkit.engines.registry: vLLM, SGLang have one)")
         for tp, indices in self.gpus.items():
             if tp not in self.grid.tp:
                 raise FieldProblem(("gpus", tp), f"{tp} is not a TP degree of grid.tp {self.grid.tp}")
@@ -370,8 +410,9 @@ class SweepFile(StrictModel):
         out = []
         for i, e in enumerate(self.grid.methods):
             for k, b in itertools.product(e.num_speculative_tokens or [None], e.tree_budget or [None]):
+                twin = e.twin or (self.twin if e.method != "auto" else None)
                 out.append((i, MethodVariant(e.method, k, b, e.drafter, e.engine_build, e.prefix_caching,
-                                             list(e.extra_args))))
+                                             list(e.extra_args), twin.request() if twin else None)))
         return out
 
 
@@ -390,6 +431,9 @@ class MethodVariant:
     engine_build: str | None = None  # None: the sweep's engine_build
     prefix_caching: bool | None = None
     extra_args: list[str] = field(default_factory=list)
+    #: The acceptance-controlled twin asked for this variant (the entry's `twin:`, else the
+    #: file's for a speculative method); None: no twin. Not part of the variant's identity.
+    twin: TwinRequest | None = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
@@ -567,6 +611,20 @@ class SweepSpec:
         if fit.refused:
             raise PointsRefused(fit.refused)
         return fit.gpu_plan, fit.runs
+
+    def twin_for(self, spec: RunSpec) -> TwinRequest | None:
+        """The twin asked for the real run `spec` (one of `expand`'s): its method variant's
+        `twin` (matched on method, k, tree budget, engine build); None for a twin itself, or
+        when none was asked."""
+        s = spec.server
+        if s.acceptance_tau is not None:
+            return None
+        for v in self.methods:
+            build = v.engine_build if v.engine_build is not None else self.engine_build
+            if (v.method, v.num_speculative_tokens, v.tree_budget, build) == (
+                    s.method, s.num_speculative_tokens, s.tree_budget, s.engine_build) and v.twin is not None:
+                return v.twin
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep as plain JSON-ready data (the parsed file, placeholders substituted)."""

@@ -52,13 +52,15 @@ def _row(v: Verdict) -> dict:
 
 def check_sweep(sweep_id: int) -> dict[int, str]:
     """Judge every counted speculative run of sweep `sweep_id` against the sweep's counted `auto`
-    runs (benchkit.compare.lossless.check_runs) and store the verdicts (one transaction; rows of
+    runs (benchkit.compare.lossless.check_runs) and store the verdicts; its acceptance-controlled
+    twins are "not checked: synthetic acceptance" (not lossless by design) (one transaction; rows of
     runs that no longer count, or got no verdict, are deleted). Returns {run id: verdict code}.
     Reads one outputs blob at a time (each at most once)."""
-    runs = Run.objects.counted().filter(sweep_id=sweep_id).order_by("id")
+    runs = (Run.objects.counted() | Run.objects.twins()).filter(sweep_id=sweep_id).order_by("id")
     points = load_points(runs, gpus=True)
     imported = set(runs.filter(result_file__isnull=False).values_list("pk", flat=True))
-    verdicts = check_runs(points, _load, imported=imported)
+    twins = set(runs.filter(twin_of__isnull=False).values_list("pk", flat=True))  # forced acceptance
+    verdicts = check_runs(points, _load, imported=imported, synthetic=twins)
     with transaction.atomic():
         LosslessCheck.objects.filter(run__sweep_id=sweep_id).exclude(run_id__in=list(verdicts)).delete()
         for run_id, v in verdicts.items():

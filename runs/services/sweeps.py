@@ -10,9 +10,9 @@ from django.db import IntegrityError, transaction
 
 from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
-from benchkit.sweeps import dryrun, sweepfile
-from runs.models import Host, Run, RunState, Sweep
-from runs.selectors import latest_inventory
+from benchkit.sweeps import dryrun, sweepfile, twins
+from runs.models import Host, Run, RunMetrics, RunState, Sweep
+from runs.selectors import latest_inventory, series_sweeps
 from runs.services.dispatch import check_broker, enqueue_runs
 from runs.services.hosts import get_or_create_host
 from runs.services.hosts import host_name as host_name_checked
@@ -35,6 +35,34 @@ def run_fields(spec: RunSpec) -> dict:
         dataset=w.dataset if w.dataset == "random" else f"{w.dataset}:{w.dataset_path}",
         temperature=w.temperature, seed=w.seed, repeat_index=spec.repeat_index,
     )
+
+
+def point_tau_history(host: Host, series: str, point_key: str, nights: int) -> list[float]:
+    """The mean acceptance length of the counted runs of point `point_key` over the last `nights`
+    nights of the series (host, `series`), oldest first (one value per run; two queries)."""
+    ids = [s.pk for s in series_sweeps(host.pk, series, limit=nights)]
+    rows = (RunMetrics.objects.filter(run__in=Run.objects.counted().filter(sweep_id__in=ids, point_key=point_key),
+                                      acceptance_length__isnull=False)
+            .order_by("run__sweep__created_at", "run_id").values_list("acceptance_length", flat=True))
+    return [float(v) for v in rows]
+
+
+def plan_twins(spec: sweepfile.SweepSpec, host: Host, runspecs: list[RunSpec]) -> list[tuple[int, twins.TwinPlan]]:
+    """(index into `runspecs`, plan) for every real run whose method variant asks for a twin
+    (`spec.twin_for`): its reference tau from the file or the point's history on `host`
+    (`point_tau_history`), checked by the engine (benchkit.sweeps.twins.plan_twin). A point
+    without one is logged ("no twin: why") and runs alone."""
+    out = []
+    for i, r in enumerate(runspecs):
+        request = spec.twin_for(r)
+        if request is None:
+            continue
+        history = [] if request.tau is not None else point_tau_history(host, spec.name, r.point_key(), request.nights)
+        plan = twins.plan_twin(r, request, history)
+        if plan.spec is None:
+            log.warning("sweep %s, host %s, %s: %s", spec.name, host.name, r.server.method, plan.note)
+        out.append((i, plan))
+    return out
 
 
 def target_hosts(spec: sweepfile.SweepSpec, host: Host | None, hosts: list[Host] | None = None) -> list[Host]:
@@ -83,6 +111,8 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
     if enqueue:
         check_broker()
     planned: list[tuple[Host, list[RunSpec]]] = [(h, fit.runs) for h, fit in fits]
+    twin_plans = {h.pk: [(specs[i], p) for i, p in plan_twins(spec, h, specs) if p.spec is not None]
+                  for h, specs in planned}
     runspecs = [r for _, specs in planned for r in specs]
     overrides = check_overrides(runspecs, user) if user is not None else None
     is_demo = any(r.server.is_demo_model for r in runspecs)
@@ -98,11 +128,14 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
                 note += f"; {overrides.describe()}{outside}"
         create([Run(sweep=sweep, host=h, point_key=r.point_key(), spec=r.to_dict(), **run_fields(r))
                 for h, specs in planned for r in specs], NEW, RunState.QUEUED, note)
+        for h in targets:
+            if twin_plans[h.pk]:
+                _create_twins(sweep, h, twin_plans[h.pk], note)
         ids_by_host = {h.pk: [] for h in targets}
         for pk, host_id in Run.objects.filter(sweep=sweep).order_by("id").values_list("id", "host_id"):
             ids_by_host[host_id].append(pk)
         ids = [pk for group in ids_by_host.values() for pk in group]
-        assert len(ids) == len(runspecs)
+        assert len(ids) == len(runspecs) + sum(map(len, twin_plans.values()))
         if enqueue:
             def send() -> None:
                 for h in targets:
@@ -110,6 +143,17 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
 
             transaction.on_commit(send)
     return sweep
+
+
+def _create_twins(sweep: Sweep, host: Host, plans: list[tuple[RunSpec, twins.TwinPlan]], note: str) -> None:
+    """Store each planned twin as a queued run of `sweep` on `host`, linked to its real run
+    (`twin_of`, by the real run's point key)."""
+    real = dict(Run.objects.filter(sweep=sweep, host=host).values_list("point_key", "pk"))
+    for r, p in plans:  # one create each: the twin's history says what it pins and how
+        create([Run(sweep=sweep, host=host, point_key=p.spec.point_key(), spec=p.spec.to_dict(),
+                    **run_fields(p.spec), twin_of_id=real[r.point_key()], pinned_tau=p.tau,
+                    pinned_tau_source=p.source)], NEW, RunState.QUEUED, f"{note}; twin of run {real[r.point_key()]}: "
+               f"{p.note}")
 
 
 def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
@@ -127,7 +171,8 @@ def dry_run_sweep_file(path: str | Path, host_name: str | None = None,
     inventory = latest_inventory(host) if host else None
     if inventory is None and this_machine:
         inventory = collect_inventory()
-    return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine)
+    history = (lambda r, nights: point_tau_history(host, spec.name, r.point_key(), nights)) if host else None
+    return dryrun.plan_sweep(spec, inventory, name, gpu_checks=this_machine, twin_history=history)
 
 
 def _caller_hosts(spec: sweepfile.SweepSpec, host_name: str | list[str] | None) -> tuple[Host | None, list[Host]]:
