@@ -8,3 +8,9 @@ class RunsConfig(AppConfig):
 
     default_auto_field = "django.db.models.BigAutoField"
     name = "runs"
+
+    def ready(self) -> None:
+        """Connect the summary signals (runs.services.summaries)."""
+        from runs.services import summaries
+
+        summaries.connect_signals()

@@ -558,3 +558,18 @@ class RegressionFlag(models.Model):
     def is_open(self) -> bool:
         """Not acknowledged yet."""
         return self.acknowledged_at is None
+
+
+class SweepSummary(models.Model):
+    """The stored point summary of one sweep (issue 22): every column `runs.selectors.load_points`
+    reads of each counted run (the point's Run columns, its lossless group, `gpus` as text, the
+    start time, every WindowMetrics figure), one list per column in run-id order, packed into
+    `data` (runs.services.summaries: marshal + zlib, `FORMAT` first). Pages and exports read this
+    one row instead of every run; it is deleted when a run of the sweep is stored, invalidated
+    or recomputed and rebuilt after that transaction commits (runs.services.summaries), and by
+    `manage.py rebuild_summaries`. A sweep without one is read from its runs."""
+
+    sweep = models.OneToOneField(Sweep, on_delete=models.CASCADE, primary_key=True, related_name="summary")
+    n_points = models.PositiveIntegerField(default=0, help_text="counted runs summarised")
+    data = models.BinaryField(help_text="packed columns (runs.services.summaries)")
+    built_at = models.DateTimeField(auto_now=True)

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
+import marshal
+import zlib
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +41,7 @@ from runs.models import (
     RunMetrics,
     RunState,
     Sweep,
+    SweepSummary,
 )
 
 #: Columns that list and figure pages never need and that are heavy to fetch and decode: the run
@@ -119,11 +124,18 @@ def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float
     (`load_points`), in grid order (`Point.grid_key`). No hardware fingerprint ("").
 
     `selection`: keyword filters of `_selection` (tp, concurrency, output_len, methods, configs,
-    host). Raises KeyError naming a figure that is not in the schema."""
+    host). Read from the sweep's stored summary (`SweepSummary`, one query; a host filter one more
+    for the host ids), else from its runs (`load_points`, one more query); the same points
+    either way. Raises KeyError naming a figure that is not in the schema."""
     # sorted here, not by the database: PostgreSQL's sort of thousands of rows on the text column
     # `method` under the database's collation took a third of the query (issue 9, 100k runs)
-    qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
-    points = load_points(qs, figures, prices=prices)
+    stored = _summaries([sweep_id], figures)
+    if sweep_id in stored:
+        points = _summary_points(stored[sweep_id], figures, keep=_selection_mask(stored[sweep_id], **selection),
+                                 prices=prices)
+    else:
+        qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
+        points = load_points(qs, figures, prices=prices)
     points.sort(key=Point.grid_key)
     return points
 
@@ -131,7 +143,12 @@ def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float
 def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
     """The distinct grid axes (benchkit.point.AXIS_FIELDS: TP, decoding configuration,
     concurrency, output and input length) of a sweep's counted runs, one dict each (one query):
-    what its filters can choose from."""
+    what its filters can choose from. From the sweep's stored summary when it has one."""
+    stored = _summaries([sweep_id], ())
+    if sweep_id in stored:
+        cols = stored[sweep_id]
+        keys = dict.fromkeys(zip(*(cols[f] for f in AXIS_FIELDS), strict=True))
+        return [dict(zip((_column(f) for f in AXIS_FIELDS), key, strict=True)) for key in keys]
     return list(Run.objects.counted().filter(sweep_id=sweep_id).values(*(_column(f) for f in AXIS_FIELDS))
                 .distinct().order_by())
 
@@ -522,26 +539,46 @@ def _fingerprint_case(snapshots: dict[int, list[dict[str, Any]]]) -> Case | None
 def history_points(sweep_ids: list[int], figures: Sequence[str], filters: dict[str, list] | None = None,
                    snapshots: dict[int, list[dict[str, Any]]] | None = None, gpus: bool = True) -> list[Point]:
     """Points of the counted runs of the sweeps `sweep_ids` with the figures `figures`, in (sweep,
-    id) order (`load_points`: one query). The hardware fingerprint of each is its host's snapshot
+    id) order (one query of their stored summaries, `SweepSummary`; the sweeps without one from
+    their runs, `load_points`: one more query). The hardware fingerprint of each is its host's snapshot
     in force when it started: given `snapshots`, computed in the same query; None: from one more
     query (`snapshot_history` of the runs' hosts); `snapshots={}` skips it (""). `gpus=False`:
     no GPU UUIDs or names (a page that never matches runs by GPU). `filters`: point field ->
     allowed values, for the fields of benchkit.point.FILTER_FIELDS; ValueError for another."""
     qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
     for name, allowed in (filters or {}).items():
+        if name in FILTER_FIELDS:
+            qs = qs.filter(**{f"{_column(name)}__in": allowed})
+    for name in filters or {}:
         if name not in FILTER_FIELDS:
             raise ValueError(f"unknown history filter {name!r}: use {', '.join(FILTER_FIELDS)}")
-        qs = qs.filter(**{f"{_column(name)}__in": allowed})
+    stored = _summaries(sweep_ids, figures)
     if snapshots is None:
         snapshots = snapshot_history(Run.objects.filter(sweep_id__in=sweep_ids).values("host_id"))
-    return load_points(qs.order_by("sweep_id", "id"), figures, gpus=gpus, snapshots=snapshots)
+    missing = [pk for pk in sweep_ids if pk not in stored]
+    points = load_points(qs.filter(sweep_id__in=missing).order_by("sweep_id", "id"), figures, gpus=gpus,
+                         snapshots=snapshots) if missing else []
+    for pk in sorted(stored):
+        cols = stored[pk]
+        points += _summary_points(cols, figures, keep=_filter_mask(cols, filters or {}), gpus=gpus,
+                                  snapshots=snapshots)
+    if missing and stored:
+        points.sort(key=_SWEEP_RUN)
+    return points
 
 
 def facet_values(sweep_ids: list[int]) -> dict[str, list]:
     """{filter field (benchkit.point.FILTER_FIELDS): sorted distinct values} over the counted runs
-    of `sweep_ids` (one grouped query on the runs of those sweeps)."""
-    rows = (Run.objects.counted().filter(sweep_id__in=sweep_ids).order_by()
-            .values_list(*(_column(f) for f in FILTER_FIELDS)).distinct())
+    of `sweep_ids` (their stored summaries, one query; the sweeps without one: one grouped query on
+    their runs)."""
+    stored = _summaries(sweep_ids, ())
+    rows: list = []
+    for cols in stored.values():
+        rows += dict.fromkeys(zip(*(cols[f] for f in FILTER_FIELDS), strict=True))
+    missing = [pk for pk in sweep_ids if pk not in stored]
+    if missing:
+        rows += (Run.objects.counted().filter(sweep_id__in=missing).order_by()
+                 .values_list(*(_column(f) for f in FILTER_FIELDS)).distinct())
     out: dict[str, set] = {f: set() for f in FILTER_FIELDS}
     for r in rows:
         for f, v in zip(FILTER_FIELDS, r, strict=True):
@@ -567,3 +604,128 @@ def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
     cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
     alive = Case(When(worker_seen_at__gte=cutoff, then=Value(True)), default=Value(False), output_field=BooleanField())
     return Host.objects.annotate(worker_alive=alive).order_by("name")
+
+
+# --- stored per-sweep point summaries (issue 22) -----------------------------------------------
+# A SweepSummary row holds, per column, the values `load_points` reads of each counted run of one
+# sweep (run-id order); the readers above take the sweep's points from it in one query and never
+# touch the runs. Written by runs.services.summaries (the codec is here: the read side owns it).
+
+#: Format tag of a packed summary: a summary of another format (or missing a column a reader
+#: needs, e.g. a figure added to the schema since it was built) is ignored and read from the runs.
+SUMMARY_FORMAT = 1
+#: The summary's columns: the point's Run columns (point field names), its lossless group, the
+#: `gpus` column as JSON text, the start time (microseconds since the epoch, None when unknown)
+#: and every WindowMetrics figure.
+SUMMARY_COLUMNS = (*_LOADED_FIELDS, "gpus_text", "started_at_us", *METRICS)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SWEEP_RUN = attrgetter("sweep_id", "run_id")
+
+
+def summary_columns(sweep_id: int) -> dict[str, list]:
+    """{SUMMARY_COLUMNS entry: [value per counted run of the sweep, in id order]} read live from
+    the runs (one query): what `runs.services.summaries` stores and `figure_points` /
+    `history_points` read back."""
+    qs = Run.objects.counted().filter(sweep_id=sweep_id).order_by("id").annotate(
+        gpus_text=Cast("gpus", TextField()))
+    rows = list(qs.values_list(*(_column(f) for f in _STORED_FIELDS),
+                               *(f"lossless__{c}" for c in _LOSSLESS_COLUMNS.values()),
+                               "gpus_text", "started_at", *(f"metrics__{f}" for f in METRICS)))
+    cols = dict(zip(SUMMARY_COLUMNS, (list(c) for c in zip(*rows, strict=True)), strict=True)) if rows else {
+        c: [] for c in SUMMARY_COLUMNS}
+    cols["started_at_us"] = [None if t is None else _to_us(t) for t in cols["started_at_us"]]
+    return cols
+
+
+def _to_us(t: datetime) -> int:
+    return (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def pack_summary(cols: dict[str, list]) -> bytes:
+    """`summary_columns` as stored bytes: SUMMARY_FORMAT, then zlib (level 1) over marshal of
+    {column: list} (values are None, bool, int, float, str or lists of those). Raises ValueError
+    for a value marshal cannot hold."""
+    return bytes([SUMMARY_FORMAT]) + zlib.compress(marshal.dumps(cols), 1)
+
+
+def unpack_summary(data: bytes) -> dict[str, list] | None:
+    """The columns of a packed summary (`pack_summary`), or None when it is of another format."""
+    data = bytes(data)
+    if not data or data[0] != SUMMARY_FORMAT:
+        return None
+    return marshal.loads(zlib.decompress(data[1:]))  # noqa: S302 (written by pack_summary only)
+
+
+def _summaries(sweep_ids: Iterable[int], figures: Sequence[str]) -> dict[int, dict[str, list]]:
+    """{sweep id: columns} of the stored summaries of `sweep_ids` that can give `figures` (one
+    query); a sweep without a usable summary is absent (read from its runs). KeyError for a
+    figure outside the schema."""
+    for f in figures:
+        if f not in METRICS:
+            raise KeyError(f"not a WindowMetrics field: {f!r}")
+    out = {}
+    for pk, data in SweepSummary.objects.filter(sweep_id__in=list(sweep_ids)).values_list("sweep_id", "data"):
+        cols = unpack_summary(data)
+        if cols is not None and all(c in cols for c in (*_LOADED_FIELDS, "gpus_text", "started_at_us", *figures)):
+            out[pk] = cols
+    return out
+
+
+def _selection_mask(cols: dict[str, list], tp: Iterable[int] = (), concurrency: Iterable[int] = (),
+                    output_len: Iterable[int] = (), methods: Iterable[str] = (),
+                    configs: Iterable[tuple[str, int | None, int | None]] = (),
+                    host: Iterable[str] = ()) -> list[bool] | None:
+    """`_selection` over a summary's columns: True per run it keeps (None: every run). A host
+    filter reads the hosts' ids (one query)."""
+    n = len(cols["run_id"])
+    keep = [True] * n
+    tests: list[tuple[str, set]] = []
+    host = list(host)
+    if host:
+        tests.append(("host_id", set(Host.objects.filter(name__in=host).values_list("id", flat=True))))
+    for name, values in (("tp", tp), ("concurrency", concurrency), ("output_len", output_len)):
+        values = set(values)
+        if values:
+            tests.append((name, values))
+    for name, values in tests:
+        keep = [k and v is not None and v in values for k, v in zip(keep, cols[name], strict=True)]
+    methods, configs = set(methods), set(configs)
+    if methods or configs:
+        keep = [k and (m in methods or (m, nk, b) in configs) for k, m, nk, b in
+                zip(keep, cols["method"], cols["num_speculative_tokens"], cols["tree_budget"], strict=True)]
+    return keep if tests or methods or configs else None
+
+
+def _filter_mask(cols: dict[str, list], filters: dict[str, list]) -> list[bool] | None:
+    """`history_points`' filters over a summary's columns (None: every run)."""
+    if not filters:
+        return None
+    keep = [True] * len(cols["run_id"])
+    for name, allowed in filters.items():
+        values = set(allowed)
+        keep = [k and v is not None and v in values for k, v in zip(keep, cols[name], strict=True)]
+    return keep
+
+
+def _summary_points(cols: dict[str, list], figures: Sequence[str], *, keep: list[bool] | None,
+                    gpus: bool = True, snapshots: dict[int, list[dict[str, Any]]] | None = None,
+                    prices: dict[str, float | None] | None = None) -> list[Point]:
+    """The points `load_points` makes, from a summary's columns: the runs `keep` marks (None:
+    all), in id order, with `figures`, the hardware fingerprint dated from the start time
+    given `snapshots`, GPUs unless `gpus` is False, priced given `prices`."""
+    n = len(cols["run_id"])
+    if snapshots:
+        seen: dict[int | None, datetime | None] = {}
+        for us in cols["started_at_us"]:
+            if us not in seen:
+                seen[us] = None if us is None else _EPOCH + timedelta(microseconds=us)
+        when = [seen[us] for us in cols["started_at_us"]]
+        dated = _dated(snapshots)
+    else:
+        when, dated = [""] * n, None
+    columns = [cols[c] for c in _LOADED_FIELDS]
+    columns += [cols["gpus_text"] if gpus else [None] * n, when, *(cols[f] for f in figures)]
+    rows: Iterable = zip(*columns, strict=True)
+    if keep is not None:
+        rows = itertools.compress(rows, keep)
+    return _points_of(rows, figures, dated=dated, prices=prices)
