@@ -540,9 +540,11 @@ def history_points(sweep_ids: list[int], figures: Sequence[str], filters: dict[s
                    snapshots: dict[int, list[dict[str, Any]]] | None = None, gpus: bool = True) -> list[Point]:
     """Points of the counted runs of the sweeps `sweep_ids` with the figures `figures`, in (sweep,
     id) order (one query of their stored summaries, `SweepSummary`; the sweeps without one from
-    their runs, `load_points`: one more query). The hardware fingerprint of each is its host's snapshot
-    in force when it started: given `snapshots`, computed in the same query; None: from one more
-    query (`snapshot_history` of the runs' hosts); `snapshots={}` skips it (""). `gpus=False`:
+    their runs, `load_points`: one more query; with `filters` over more than
+    SUMMARY_FILTERED_MAX_SWEEPS sweeps, from the runs only: one query). The hardware
+    fingerprint of each is its host's snapshot in force when it started: given `snapshots`,
+    computed in the same query (or from the summary's start times); None: from one more query
+    (`snapshot_history` of the runs' hosts); `snapshots={}` skips it (""). `gpus=False`:
     no GPU UUIDs or names (a page that never matches runs by GPU). `filters`: point field ->
     allowed values, for the fields of benchkit.point.FILTER_FIELDS; ValueError for another."""
     qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
@@ -552,7 +554,10 @@ def history_points(sweep_ids: list[int], figures: Sequence[str], filters: dict[s
     for name in filters or {}:
         if name not in FILTER_FIELDS:
             raise ValueError(f"unknown history filter {name!r}: use {', '.join(FILTER_FIELDS)}")
-    stored = _summaries(sweep_ids, figures)
+    # a filtered read of many sweeps (the trend page: 30 nights, a few workloads) reads only the
+    # chosen runs through the index `run_history_workload`; a summary would decode every run
+    summarised = filters is None or not filters or len(sweep_ids) <= SUMMARY_FILTERED_MAX_SWEEPS
+    stored = _summaries(sweep_ids, figures) if summarised else {}
     if snapshots is None:
         snapshots = snapshot_history(Run.objects.filter(sweep_id__in=sweep_ids).values("host_id"))
     missing = [pk for pk in sweep_ids if pk not in stored]
@@ -611,9 +616,11 @@ def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
 # sweep (run-id order); the readers above take the sweep's points from it in one query and never
 # touch the runs. Written by runs.services.summaries (the codec is here: the read side owns it).
 
+#: Most sweeps a filtered `history_points` reads from their summaries (more: from the runs).
+SUMMARY_FILTERED_MAX_SWEEPS = 2
 #: Format tag of a packed summary: a summary of another format (or missing a column a reader
 #: needs, e.g. a figure added to the schema since it was built) is ignored and read from the runs.
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 #: The summary's columns: the point's Run columns (point field names), its lossless group, the
 #: `gpus` column as JSON text, the start time (microseconds since the epoch, None when unknown)
 #: and every WindowMetrics figure.
@@ -642,21 +649,39 @@ def _to_us(t: datetime) -> int:
 
 
 def pack_summary(cols: dict[str, list]) -> bytes:
-    """`summary_columns` as stored bytes: SUMMARY_FORMAT, then zlib (level 1) over marshal of
-    {column: list} (values are None, bool, int, float, str or lists of those). Raises ValueError
-    for a value marshal cannot hold."""
-    return bytes([SUMMARY_FORMAT]) + zlib.compress(marshal.dumps(cols), 1)
+    """`summary_columns` as stored bytes: SUMMARY_FORMAT, then marshal of {column: zlib (level
+    1) over marshal of its list} (values are None, bool, int, float, str or lists of those), so
+    that a reader decodes only the columns it reads. Raises ValueError for a value marshal
+    cannot hold."""
+    return bytes([SUMMARY_FORMAT]) + marshal.dumps({c: zlib.compress(marshal.dumps(v), 1) for c, v in cols.items()})
 
 
-def unpack_summary(data: bytes) -> dict[str, list] | None:
-    """The columns of a packed summary (`pack_summary`), or None when it is of another format."""
+class SummaryColumns(dict):
+    """The columns of a packed summary, each decoded when first read ({column: list})."""
+
+    def __missing__(self, name: str) -> list:
+        value = marshal.loads(zlib.decompress(self._packed[name]))  # noqa: S302 (written by pack_summary)
+        self[name] = value
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._packed
+
+    def __init__(self, packed: dict[str, bytes]) -> None:
+        super().__init__()
+        self._packed = packed
+
+
+def unpack_summary(data: bytes) -> SummaryColumns | None:
+    """The columns of a packed summary (`pack_summary`; each decoded on first read), or None
+    when it is of another format."""
     data = bytes(data)
     if not data or data[0] != SUMMARY_FORMAT:
         return None
-    return marshal.loads(zlib.decompress(data[1:]))  # noqa: S302 (written by pack_summary only)
+    return SummaryColumns(marshal.loads(data[1:]))  # noqa: S302 (written by pack_summary only)
 
 
-def _summaries(sweep_ids: Iterable[int], figures: Sequence[str]) -> dict[int, dict[str, list]]:
+def _summaries(sweep_ids: Iterable[int], figures: Sequence[str]) -> dict[int, SummaryColumns]:
     """{sweep id: columns} of the stored summaries of `sweep_ids` that can give `figures` (one
     query); a sweep without a usable summary is absent (read from its runs). KeyError for a
     figure outside the schema."""

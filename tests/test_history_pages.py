@@ -213,9 +213,10 @@ PAGES = [("analysis:home", {}), ("analysis:home_data", {}), ("analysis:compare",
          ("analysis:compare_data", {}), ("analysis:trend", None), ("analysis:trend_data", None)]
 #: home: latest ids, latest sweeps, runs' points, state counts, open flags (+ hosts for the HTML);
 #: compare: latest ids, latest sweep, previous, old sweep's host, snapshots, points;
-#: trend: host, nights, facets, snapshots, points, flags. Points and facets: the sweeps' stored
-#: summaries first (runs.models.SweepSummary; none here: the services rebuild them on commit, and
-#: a test's transaction never commits), then the runs: one query more each.
+#: trend: host, nights, facets, snapshots, points, flags. Home and compare points, trend facets:
+#: the sweeps' stored summaries first (runs.models.SweepSummary; none here: the services rebuild
+#: them on commit, and a test's transaction never commits), then the runs: one query more each
+#: (trend points too: this grid needs no default filter, runs.selectors.SUMMARY_FILTERED_MAX_SWEEPS).
 EXPECTED = {"analysis:home": 7, "analysis:home_data": 6, "analysis:compare": 7, "analysis:compare_data": 7,
             "analysis:trend": 8, "analysis:trend_data": 8}
 
