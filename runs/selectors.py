@@ -153,10 +153,13 @@ def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
                 .distinct().order_by())
 
 
+_AXES = attrgetter(*AXIS_FIELDS)
+
+
 def dimensions_of(points: list[Point]) -> list[dict[str, Any]]:
     """`sweep_dimensions` read off already loaded points (no query): equal to it when `points`
     are every counted run of the sweep (`figure_points` without a selection)."""
-    keys = dict.fromkeys(tuple(getattr(p, f) for f in AXIS_FIELDS) for p in points)
+    keys = dict.fromkeys(map(_AXES, points))
     return [dict(zip(AXIS_FIELDS, key, strict=True)) for key in keys]
 
 
