@@ -195,3 +195,17 @@ def test_the_rebuild_command(grid):
     assert_summary_is_live(sw.pk)
     with pytest.raises(Exception, match="no sweep 999999"):
         call_command("rebuild_summaries", "--sweep", "999999", stdout=io.StringIO())
+
+
+def test_a_failed_rebuild_never_fails_the_writer(grid, monkeypatch, caplog, django_capture_on_commit_callbacks):
+    sw, _ = grid
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(summaries, "rebuild", broken)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = finished(make_run(sw, "draft_model", k=2, repeat=1), outputs_of())
+    assert run.state == "succeeded" and not SweepSummary.objects.filter(sweep=sw).exists()
+    assert "rebuild_summaries" in caplog.text
+    assert run.pk in {p.run_id for p in selectors.figure_points(sw.pk, ALL)}  # read from the runs meanwhile

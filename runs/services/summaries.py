@@ -12,6 +12,7 @@ upgrade)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 
 from django.db import transaction
@@ -19,6 +20,8 @@ from django.db.models.signals import post_delete, post_save
 
 from runs import selectors
 from runs.models import Run, Sweep, SweepSummary
+
+log = logging.getLogger(__name__)
 
 
 def build(sweep_id: int) -> SweepSummary:
@@ -67,7 +70,11 @@ def mark_stale(sweep_ids: Iterable[int | None]) -> None:
         for pk in new:
             if pending.get(pk) is rebuild_pending:
                 del pending[pk]
-        rebuild(new)
+        try:
+            rebuild(new)
+        except Exception:  # the writer's work is committed: never fail it; readers use the runs meanwhile
+            log.exception("summary of sweep(s) %s not rebuilt; run `manage.py rebuild_summaries --sweep ID`",
+                          sorted(new))
 
     if conn.in_atomic_block:
         pending.update(dict.fromkeys(new, rebuild_pending))
