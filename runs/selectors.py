@@ -41,7 +41,7 @@ from runs.models import (
     RunMetrics,
     RunState,
     Sweep,
-    SweepSummary,
+    SweepSummaryColumn,
 )
 
 #: Columns that list and figure pages never need and that are heavy to fetch and decode: the run
@@ -144,7 +144,7 @@ def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
     """The distinct grid axes (benchkit.point.AXIS_FIELDS: TP, decoding configuration,
     concurrency, output and input length) of a sweep's counted runs, one dict each (one query):
     what its filters can choose from. From the sweep's stored summary when it has one."""
-    stored = _summaries([sweep_id], ())
+    stored = _summaries([sweep_id], (), AXIS_FIELDS)
     if sweep_id in stored:
         cols = stored[sweep_id]
         keys = dict.fromkeys(zip(*(cols[f] for f in AXIS_FIELDS), strict=True))
@@ -579,7 +579,7 @@ def facet_values(sweep_ids: list[int]) -> dict[str, list]:
     """{filter field (benchkit.point.FILTER_FIELDS): sorted distinct values} over the counted runs
     of `sweep_ids` (their stored summaries, one query; the sweeps without one: one grouped query on
     their runs)."""
-    stored = _summaries(sweep_ids, ())
+    stored = _summaries(sweep_ids, (), FILTER_FIELDS)
     rows: list = []
     for cols in stored.values():
         rows += dict.fromkeys(zip(*(cols[f] for f in FILTER_FIELDS), strict=True))
@@ -615,15 +615,17 @@ def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
 
 
 # --- stored per-sweep point summaries (issue 22) -----------------------------------------------
-# A SweepSummary row holds, per column, the values `load_points` reads of each counted run of one
-# sweep (run-id order); the readers above take the sweep's points from it in one query and never
-# touch the runs. Written by runs.services.summaries (the codec is here: the read side owns it).
+# A SweepSummary row and its SweepSummaryColumn rows hold, per column, the values `load_points`
+# reads of each counted run of one sweep (run-id order); the readers above take the sweep's
+# points from the columns they need in one query and never touch the runs. Written by
+# runs.services.summaries (the codec is here: the read side owns it).
 
 #: Most sweeps a filtered `history_points` reads from their summaries (more: from the runs).
 SUMMARY_FILTERED_MAX_SWEEPS = 2
-#: Format tag of a packed summary: a summary of another format (or missing a column a reader
-#: needs, e.g. a figure added to the schema since it was built) is ignored and read from the runs.
-SUMMARY_FORMAT = 2
+#: Format of a stored summary (SweepSummary.format): a summary of another format (or missing a
+#: column a reader needs, e.g. a figure added to the schema since it was built) is ignored and
+#: the sweep read from its runs.
+SUMMARY_FORMAT = 1
 #: The summary's columns: the point's Run columns (point field names), its lossless group, the
 #: `gpus` column as JSON text, the start time (microseconds since the epoch, None when unknown)
 #: and every WindowMetrics figure.
@@ -651,16 +653,17 @@ def _to_us(t: datetime) -> int:
     return (t - _EPOCH) // timedelta(microseconds=1)
 
 
-def pack_summary(cols: dict[str, list]) -> bytes:
-    """`summary_columns` as stored bytes: SUMMARY_FORMAT, then marshal of {column: zlib (level
-    1) over marshal of its list} (values are None, bool, int, float, str or lists of those), so
-    that a reader decodes only the columns it reads. Raises ValueError for a value marshal
+def pack_summary(cols: dict[str, list]) -> dict[str, bytes]:
+    """`summary_columns` as stored: {column: zlib (level 1) over marshal of its list} (values are
+    None, bool, int, float, str or lists of those), one SweepSummaryColumn row each, so that a
+    reader fetches and decodes only the columns it reads. Raises ValueError for a value marshal
     cannot hold."""
-    return bytes([SUMMARY_FORMAT]) + marshal.dumps({c: zlib.compress(marshal.dumps(v), 1) for c, v in cols.items()})
+    return {c: zlib.compress(marshal.dumps(v), 1) for c, v in cols.items()}
 
 
 class SummaryColumns(dict):
-    """The columns of a packed summary, each decoded when first read ({column: list})."""
+    """Packed summary columns ({column: bytes}, `pack_summary`) read as {column: list}, each
+    decoded when first read."""
 
     def __missing__(self, name: str) -> list:
         value = marshal.loads(zlib.decompress(self._packed[name]))  # noqa: S302 (written by pack_summary)
@@ -675,28 +678,22 @@ class SummaryColumns(dict):
         self._packed = packed
 
 
-def unpack_summary(data: bytes) -> SummaryColumns | None:
-    """The columns of a packed summary (`pack_summary`; each decoded on first read), or None
-    when it is of another format."""
-    data = bytes(data)
-    if not data or data[0] != SUMMARY_FORMAT:
-        return None
-    return SummaryColumns(marshal.loads(data[1:]))  # noqa: S302 (written by pack_summary only)
-
-
-def _summaries(sweep_ids: Iterable[int], figures: Sequence[str]) -> dict[int, SummaryColumns]:
-    """{sweep id: columns} of the stored summaries of `sweep_ids` that can give `figures` (one
-    query); a sweep without a usable summary is absent (read from its runs). KeyError for a
-    figure outside the schema."""
+def _summaries(sweep_ids: Iterable[int], figures: Sequence[str], columns: Sequence[str] = ()
+               ) -> dict[int, SummaryColumns]:
+    """{sweep id: columns} of the stored summaries (of SUMMARY_FORMAT) of `sweep_ids` with the
+    columns `columns` (default: the point's, the start time and `figures`), fetching those
+    columns only (one query); a sweep without a usable summary is absent (read from its runs).
+    KeyError for a figure outside the schema."""
     for f in figures:
         if f not in METRICS:
             raise KeyError(f"not a WindowMetrics field: {f!r}")
-    out = {}
-    for pk, data in SweepSummary.objects.filter(sweep_id__in=list(sweep_ids)).values_list("sweep_id", "data"):
-        cols = unpack_summary(data)
-        if cols is not None and all(c in cols for c in (*_LOADED_FIELDS, "gpus_text", "started_at_us", *figures)):
-            out[pk] = cols
-    return out
+    names = set(columns or (*_LOADED_FIELDS, "gpus_text", "started_at_us", *figures))
+    packed: dict[int, dict[str, bytes]] = {}
+    for pk, name, data in (SweepSummaryColumn.objects.filter(summary_id__in=list(sweep_ids), name__in=names,
+                                                             summary__format=SUMMARY_FORMAT)
+                           .values_list("summary_id", "name", "data")):
+        packed.setdefault(pk, {})[name] = bytes(data)
+    return {pk: SummaryColumns(cols) for pk, cols in packed.items() if names <= cols.keys()}
 
 
 def _selection_mask(cols: dict[str, list], tp: Iterable[int] = (), concurrency: Iterable[int] = (),

@@ -19,21 +19,24 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from runs import selectors
-from runs.models import Run, Sweep, SweepSummary
+from runs.models import Run, Sweep, SweepSummary, SweepSummaryColumn
 
 log = logging.getLogger(__name__)
 
 
 def build(sweep_id: int) -> SweepSummary:
-    """Read the sweep's counted runs (selectors.summary_columns) and store its summary, replacing
-    the one stored (three queries: the sweep row locked, so that two rebuilds of a sweep do not
-    interleave, the runs, the write). Returns the stored row."""
+    """Read the sweep's counted runs (selectors.summary_columns) and store its summary and its
+    columns, replacing those stored (a few queries: the sweep row locked, so that two rebuilds of
+    a sweep do not interleave, the runs, the writes). Returns the stored row."""
     _pending().pop(sweep_id, None)  # built now: a later write in this transaction must delete it again
     with transaction.atomic():
         list(Sweep.objects.select_for_update().filter(pk=sweep_id).values_list("pk", flat=True))
         cols = selectors.summary_columns(sweep_id)
         row, _ = SweepSummary.objects.update_or_create(
-            sweep_id=sweep_id, defaults={"data": selectors.pack_summary(cols), "n_points": len(cols["run_id"])})
+            sweep_id=sweep_id, defaults={"format": selectors.SUMMARY_FORMAT, "n_points": len(cols["run_id"])})
+        SweepSummaryColumn.objects.filter(summary=row).delete()
+        SweepSummaryColumn.objects.bulk_create([SweepSummaryColumn(summary=row, name=name, data=data)
+                                                for name, data in selectors.pack_summary(cols).items()])
     return row
 
 
