@@ -3,7 +3,7 @@ JSON at about 1k, 10k and 100k stored runs, each in 30 nightly sweeps of one ser
 
     .venv/bin/python benchmarks/history_budget.py \\
         [--database-url postgres://postgres@127.0.0.1:5432/draftboard_hist_bench] \\
-        [--levels 1000,10000,100000] [--rounds 20]
+        [--levels 10000,100000,1000000] [--rounds 20] [--live-too]
 
 The database named in the URL is dropped and created afresh (it must not be one you use).
 Per level the nightly sweeps have the users' grid axes (TP 1/4/8 x auto/linear/DDTree
@@ -14,6 +14,7 @@ b15/b16/b32/b64) widened until 30 nights hold the level's runs:
 | 1k | 36 runs | (the users' grid: concurrency 1/8, 1024 tokens) |
 | 10k | 324 | concurrency 1/2/4/8/16/32, 3 repeats |
 | 100k | 3 240 | concurrency 1..32, output 128..2048 (5), input 512/2048, 3 repeats |
+| 1M | 3 240 | the 100k level's nights, 309 of them (1 001 160 runs): a results database years old |
 
 Seeding is bulk (bulk_create in batches of 2 000): every run succeeded with a full RunMetrics
 row (every WindowMetrics column), 4 x 64 distribution samples, a 2 KB server-log tail, argv
@@ -25,7 +26,15 @@ process's heap frozen out of gc's reach first, as benchsite/wsgi.py does in a se
 `--rounds` times after 2 warm-up requests: server time p50 / p95 in ms (wall clock), the web
 process's CPU time p50 (its share without PostgreSQL's; other work on the machine moves the
 wall clock, not this), response bytes, SQL queries (counted on one extra request). Targets
-(issue 9): p95 < 150 ms, < 500 KB per page, queries not growing with runs. Prints a table
+(issue 9): p95 < 150 ms, < 500 KB per page, queries not growing with runs.
+
+The 1M level (issue 22) seeds its 30 newest nights as above and, before them, night 1 by the ORM
+and 278 copies of it made by PostgreSQL itself (one `INSERT ... SELECT` of the runs and one of
+their RunMetrics rows per night, dated a night apart before the measured ones): same columns and
+sizes, so the tables are as big as a million real runs make them; the seeding time is printed.
+After seeding, every level builds the stored per-sweep point summaries (`manage.py
+rebuild_summaries`, time printed) that the pages read; `--live-too` measures each level again
+with the summaries deleted (the pages then read every run, as before issue 22). Prints a table
 per level and a summary; never fails on a figure (exit 0), exit 2 when PostgreSQL is
 unreachable.
 """
@@ -52,7 +61,10 @@ SHAPES = {  # level -> (concurrency, output_len, input_len, repeats)
     1000: ([1, 8], [1024], [512], 1),
     10000: ([1, 2, 4, 8, 16, 32], [1024], [512], 3),
     100000: ([1, 2, 4, 8, 16, 32], [128, 256, 512, 1024, 2048], [512, 2048], 3),
+    1000000: ([1, 2, 4, 8, 16, 32], [128, 256, 512, 1024, 2048], [512, 2048], 3),
 }
+#: Nights copied by PostgreSQL (INSERT ... SELECT) before the seeded ones, per level.
+COPIED_NIGHTS = {1000000: 278}
 P95_TARGET_MS, BYTES_TARGET = 150.0, 500_000
 
 
@@ -69,7 +81,8 @@ def recreate_database(url: str) -> None:
 
 
 def seed(level: int, rng: np.random.Generator) -> dict:
-    """Store NIGHTS sweeps of the level's shape (bulk), then judge the last night. Returns ids."""
+    """Store NIGHTS sweeps of the level's shape (bulk; before them, at the 1M level, night 1 and
+    its COPIED_NIGHTS copies), then judge the last night. Returns ids."""
     from django.db import connection
 
     from benchkit.measure.metrics import METRIC_FIELDS
@@ -115,7 +128,11 @@ def seed(level: int, rng: np.random.Generator) -> dict:
     numeric = [f for f in METRIC_FIELDS if f.kind in (int, float)]
     log_tail = ("INFO sglang server ready; " * 80)[:2000]
     sweeps = []
-    for night in range(1, NIGHTS + 1):
+    copies = COPIED_NIGHTS.get(level, 0)
+    first = 1 - (copies + 1 if copies else 0)  # night 1 - copies - 1: the template, then its copies
+    for night in range(first, NIGHTS + 1):
+        if copies and first < night <= first + copies:
+            continue  # copied below, from the template night
         at = start + timedelta(days=night - 1)
         sweep = Sweep.objects.create(name="users-grid-wide", host=host, source="sweeps/users-grid-wide.yaml",
                                      spec={"name": "users-grid-wide"})
@@ -143,6 +160,11 @@ def seed(level: int, rng: np.random.Generator) -> dict:
                                                                               "tokens_per_chunk")}))
         RunMetrics.objects.bulk_create(rows, batch_size=2000)
         sweeps.append(sweep.pk)
+        if copies and night == first:
+            t0 = time.perf_counter()
+            dates = [start + timedelta(days=n - 1) for n in range(first + 1, first + 1 + copies)]
+            sweeps += copy_nights(sweep.pk, dates)
+            print(f"  {copies} nights copied by PostgreSQL in {time.perf_counter() - t0:.0f} s", flush=True)
     assert AR_TOK_S  # the users' figures come from tests/nightly.py
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
@@ -154,6 +176,49 @@ def seed(level: int, rng: np.random.Generator) -> dict:
     flags = RegressionFlag.objects.count()
     return {"sweeps": sweeps, "host": host.name, "series": "users-grid-wide", "detect_ms": detect_ms,
             "flags": flags, "runs": Run.objects.count(), "last_flags": len(det.flagged)}
+
+
+def copy_nights(template: int, dates: list[datetime]) -> list[int]:
+    """Copy sweep `template` (its runs and their RunMetrics rows) once per date, server-side:
+    a new sweep dated then, and one `INSERT ... SELECT` each for its runs and metrics. Returns
+    the new sweeps' ids, in order."""
+    from django.db import connection
+
+    from runs.models import Run, RunMetrics, Sweep
+
+    run_cols = [f.column for f in Run._meta.concrete_fields if f.column not in ("id", "sweep_id")]
+    metric_cols = [f.column for f in RunMetrics._meta.concrete_fields if f.column not in ("id", "run_id")]
+    q = connection.ops.quote_name
+    shifted = [f"{q(c)} + %s" if c in ("started_at", "finished_at") else q(c) for c in run_cols]
+    runs_sql = (f"INSERT INTO runs_run (sweep_id, {', '.join(q(c) for c in run_cols)}) "
+                f"SELECT %s, {', '.join(shifted)} "
+                "FROM runs_run WHERE sweep_id = %s ORDER BY id")
+    metrics_sql = (f"INSERT INTO runs_runmetrics (run_id, {', '.join(q(c) for c in metric_cols)}) "
+                   f"SELECT n.id, {', '.join('m.' + q(c) for c in metric_cols)} FROM runs_run n "
+                   "JOIN runs_run o ON o.sweep_id = %s AND o.host_id = n.host_id AND o.point_key = n.point_key "
+                   "JOIN runs_runmetrics m ON m.run_id = o.id WHERE n.sweep_id = %s")
+    base = Sweep.objects.get(pk=template)
+    out = []
+    with connection.cursor() as cur:
+        for at in dates:
+            sweep = Sweep.objects.create(name=base.name, host_id=base.host_id, source=base.source, spec=base.spec)
+            Sweep.objects.filter(pk=sweep.pk).update(created_at=at)
+            shift = at - base.created_at
+            cur.execute(runs_sql, [sweep.pk, *([shift] * 2), template])
+            cur.execute(metrics_sql, [template, sweep.pk])
+            out.append(sweep.pk)
+    return out
+
+
+def build_summaries() -> float:
+    """`manage.py rebuild_summaries` over every sweep; returns seconds."""
+    import io
+
+    from django.core.management import call_command
+
+    t0 = time.perf_counter()
+    call_command("rebuild_summaries", stdout=io.StringIO())
+    return time.perf_counter() - t0
 
 
 def measure(ids: dict, rounds: int) -> list[list]:
@@ -197,10 +262,14 @@ def measure(ids: dict, rounds: int) -> list[list]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
-    ap.add_argument("--levels", default="1000,10000,100000")
+    ap.add_argument("--levels", default="10000,100000,1000000")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--measure-only", action="store_true",
                     help="measure the database as the last run left it (no drop, no seeding)")
+    ap.add_argument("--live-too", action="store_true",
+                    help="measure each level a second time without the stored summaries (pages read every run)")
+    ap.add_argument("--keep-summaries", action="store_true",
+                    help="with --measure-only: keep the stored summaries as they are (else rebuilt first)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     unknown = [lv for lv in levels if lv not in SHAPES]
@@ -236,16 +305,29 @@ def main() -> int:
         else:
             ids = seed(level, rng)
         seed_s = time.perf_counter() - t0
-        print(f"\n== {ids['runs']} runs in {NIGHTS} nightly sweeps of {ids['runs'] // NIGHTS} runs "
+        n_sweeps = len(ids["sweeps"])
+        build_s = float("nan") if args.measure_only and args.keep_summaries else build_summaries()
+        print(f"\n== {ids['runs']} runs in {n_sweeps} nightly sweeps of {ids['runs'] // n_sweeps} runs "
               f"(seeded in {seed_s:.0f} s; regression detection of the last night {ids['detect_ms']:.0f} ms, "
-              f"{ids['flags']} flag(s) stored over the last 4 nights)")
+              f"{ids['flags']} flag(s) stored over the last 4 nights; summaries built in {build_s:.1f} s)",
+              flush=True)
         rows = measure(ids, args.rounds)
         print_table(["page", "p50 ms", "p95 ms", "web CPU p50 ms", "bytes", "queries", "within budget"], rows)
-        summary.append((ids["runs"], {r[0]: r for r in rows}))
-    print("\n== summary: p95 ms / queries per page as runs grow")
+        summary.append((f"{ids['runs']} runs", {r[0]: r for r in rows}))
+        if args.live_too:
+            from runs.models import SweepSummary
+
+            SweepSummary.objects.all().delete()
+            print(f"\n-- the same {ids['runs']} runs without stored summaries (every run read, as before issue 22)")
+            rows = measure(ids, args.rounds)
+            print_table(["page", "p50 ms", "p95 ms", "web CPU p50 ms", "bytes", "queries", "within budget"], rows)
+            summary.append((f"{ids['runs']} live", {r[0]: r for r in rows}))
+            build_summaries()
+    print("\n== summary: p95 ms / bytes / queries per page as runs grow")
     names = list(summary[0][1])
-    print_table(["page", *[f"{n} runs" for n, _ in summary]],
-                [[name, *[f"{rows[name][2]:.1f} / {rows[name][5]}" for _, rows in summary]] for name in names])
+    print_table(["page", *[name for name, _ in summary]],
+                [[name, *[f"{rows[name][2]:.1f} / {rows[name][4]} / {rows[name][5]}" for _, rows in summary]]
+                 for name in names])
     return 0
 
 

@@ -10,5 +10,9 @@ class RunsConfig(AppConfig):
     name = "runs"
 
     def ready(self) -> None:
-        """Register the change points' admin (runs.admin_changepoints, beside runs.admin)."""
+        """Register the change points' admin (runs.admin_changepoints, beside runs.admin) and
+        connect the summary signals (runs.services.summaries)."""
         from runs import admin_changepoints  # noqa: F401
+        from runs.services import summaries
+
+        summaries.connect_signals()

@@ -638,3 +638,29 @@ class ChangePoint(models.Model):
     def is_open(self) -> bool:
         """Not acknowledged yet."""
         return self.acknowledged_at is None
+class SweepSummary(models.Model):
+    """The stored point summary of one sweep (issue 22): every column `runs.selectors.load_points`
+    reads of each counted run (the point's Run columns, its lossless group, `gpus` as text, the
+    start time, every WindowMetrics figure), one SweepSummaryColumn row per column, in run-id
+    order (packed by runs.selectors.pack_summary), so that a page fetches only the columns it
+    reads. Pages and exports read these rows instead of every run; they are deleted when a run
+    of the sweep is stored, invalidated or recomputed and rebuilt after that transaction commits
+    (runs.services.summaries), and by `manage.py rebuild_summaries`. A sweep without one (or of
+    another `format`) is read from its runs."""
+
+    sweep = models.OneToOneField(Sweep, on_delete=models.CASCADE, primary_key=True, related_name="summary")
+    format = models.PositiveSmallIntegerField(help_text="runs.selectors.SUMMARY_FORMAT when built")
+    n_points = models.PositiveIntegerField(default=0, help_text="counted runs summarised")
+    built_at = models.DateTimeField(auto_now=True)
+
+
+class SweepSummaryColumn(models.Model):
+    """One column of a SweepSummary: its values for each counted run of the sweep, in run-id
+    order, packed (runs.selectors.pack_summary: zlib over marshal of the list)."""
+
+    summary = models.ForeignKey(SweepSummary, on_delete=models.CASCADE, related_name="columns")
+    name = models.CharField(max_length=64)
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["summary", "name"], name="sweep_summary_column_unique")]

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
+import marshal
+import zlib
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
@@ -38,6 +42,7 @@ from runs.models import (
     RunMetrics,
     RunState,
     Sweep,
+    SweepSummaryColumn,
 )
 
 #: Columns that list and figure pages never need and that are heavy to fetch and decode: the run
@@ -120,11 +125,18 @@ def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float
     (`load_points`), in grid order (`Point.grid_key`). No hardware fingerprint ("").
 
     `selection`: keyword filters of `_selection` (tp, concurrency, output_len, methods, configs,
-    host). Raises KeyError naming a figure that is not in the schema."""
+    host). Read from the sweep's stored summary (`SweepSummary`, one query; a host filter one more
+    for the host ids), else from its runs (`load_points`, one more query); the same points
+    either way. Raises KeyError naming a figure that is not in the schema."""
     # sorted here, not by the database: PostgreSQL's sort of thousands of rows on the text column
     # `method` under the database's collation took a third of the query (issue 9, 100k runs)
-    qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
-    points = load_points(qs, figures, prices=prices)
+    stored = _summaries([sweep_id], figures)
+    if sweep_id in stored:
+        points = _summary_points(stored[sweep_id], figures, keep=_selection_mask(stored[sweep_id], **selection),
+                                 prices=prices)
+    else:
+        qs = _selection(Run.objects.counted().filter(sweep_id=sweep_id), **selection).order_by()
+        points = load_points(qs, figures, prices=prices)
     points.sort(key=Point.grid_key)
     return points
 
@@ -132,15 +144,23 @@ def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float
 def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
     """The distinct grid axes (benchkit.point.AXIS_FIELDS: TP, decoding configuration,
     concurrency, output and input length) of a sweep's counted runs, one dict each (one query):
-    what its filters can choose from."""
+    what its filters can choose from. From the sweep's stored summary when it has one."""
+    stored = _summaries([sweep_id], (), AXIS_FIELDS)
+    if sweep_id in stored:
+        cols = stored[sweep_id]
+        keys = dict.fromkeys(zip(*(cols[f] for f in AXIS_FIELDS), strict=True))
+        return [dict(zip((_column(f) for f in AXIS_FIELDS), key, strict=True)) for key in keys]
     return list(Run.objects.counted().filter(sweep_id=sweep_id).values(*(_column(f) for f in AXIS_FIELDS))
                 .distinct().order_by())
+
+
+_AXES = attrgetter(*AXIS_FIELDS)
 
 
 def dimensions_of(points: list[Point]) -> list[dict[str, Any]]:
     """`sweep_dimensions` read off already loaded points (no query): equal to it when `points`
     are every counted run of the sweep (`figure_points` without a selection)."""
-    keys = dict.fromkeys(tuple(getattr(p, f) for f in AXIS_FIELDS) for p in points)
+    keys = dict.fromkeys(map(_AXES, points))
     return [dict(zip(AXIS_FIELDS, key, strict=True)) for key in keys]
 
 
@@ -536,26 +556,51 @@ def _fingerprint_case(snapshots: dict[int, list[dict[str, Any]]]) -> Case | None
 def history_points(sweep_ids: list[int], figures: Sequence[str], filters: dict[str, list] | None = None,
                    snapshots: dict[int, list[dict[str, Any]]] | None = None, gpus: bool = True) -> list[Point]:
     """Points of the counted runs of the sweeps `sweep_ids` with the figures `figures`, in (sweep,
-    id) order (`load_points`: one query). The hardware fingerprint of each is its host's snapshot
-    in force when it started: given `snapshots`, computed in the same query; None: from one more
-    query (`snapshot_history` of the runs' hosts); `snapshots={}` skips it (""). `gpus=False`:
+    id) order (one query of their stored summaries, `SweepSummary`; the sweeps without one from
+    their runs, `load_points`: one more query; with `filters` over more than
+    SUMMARY_FILTERED_MAX_SWEEPS sweeps, from the runs only: one query). The hardware
+    fingerprint of each is its host's snapshot in force when it started: given `snapshots`,
+    computed in the same query (or from the summary's start times); None: from one more query
+    (`snapshot_history` of the runs' hosts); `snapshots={}` skips it (""). `gpus=False`:
     no GPU UUIDs or names (a page that never matches runs by GPU). `filters`: point field ->
     allowed values, for the fields of benchkit.point.FILTER_FIELDS; ValueError for another."""
     qs = Run.objects.counted().filter(sweep_id__in=sweep_ids)
     for name, allowed in (filters or {}).items():
+        if name in FILTER_FIELDS:
+            qs = qs.filter(**{f"{_column(name)}__in": allowed})
+    for name in filters or {}:
         if name not in FILTER_FIELDS:
             raise ValueError(f"unknown history filter {name!r}: use {', '.join(FILTER_FIELDS)}")
-        qs = qs.filter(**{f"{_column(name)}__in": allowed})
+    # a filtered read of many sweeps (the trend page: 30 nights, a few workloads) reads only the
+    # chosen runs through the index `run_history_workload`; a summary would decode every run
+    summarised = filters is None or not filters or len(sweep_ids) <= SUMMARY_FILTERED_MAX_SWEEPS
+    stored = _summaries(sweep_ids, figures) if summarised else {}
     if snapshots is None:
         snapshots = snapshot_history(Run.objects.filter(sweep_id__in=sweep_ids).values("host_id"))
-    return load_points(qs.order_by("sweep_id", "id"), figures, gpus=gpus, snapshots=snapshots)
+    missing = [pk for pk in sweep_ids if pk not in stored]
+    points = load_points(qs.filter(sweep_id__in=missing).order_by("sweep_id", "id"), figures, gpus=gpus,
+                         snapshots=snapshots) if missing else []
+    for pk in sorted(stored):
+        cols = stored[pk]
+        points += _summary_points(cols, figures, keep=_filter_mask(cols, filters or {}), gpus=gpus,
+                                  snapshots=snapshots)
+    if missing and stored:
+        points.sort(key=_SWEEP_RUN)
+    return points
 
 
 def facet_values(sweep_ids: list[int]) -> dict[str, list]:
     """{filter field (benchkit.point.FILTER_FIELDS): sorted distinct values} over the counted runs
-    of `sweep_ids` (one grouped query on the runs of those sweeps)."""
-    rows = (Run.objects.counted().filter(sweep_id__in=sweep_ids).order_by()
-            .values_list(*(_column(f) for f in FILTER_FIELDS)).distinct())
+    of `sweep_ids` (their stored summaries, one query; the sweeps without one: one grouped query on
+    their runs)."""
+    stored = _summaries(sweep_ids, (), FILTER_FIELDS)
+    rows: list = []
+    for cols in stored.values():
+        rows += dict.fromkeys(zip(*(cols[f] for f in FILTER_FIELDS), strict=True))
+    missing = [pk for pk in sweep_ids if pk not in stored]
+    if missing:
+        rows += (Run.objects.counted().filter(sweep_id__in=missing).order_by()
+                 .values_list(*(_column(f) for f in FILTER_FIELDS)).distinct())
     out: dict[str, set] = {f: set() for f in FILTER_FIELDS}
     for r in rows:
         for f, v in zip(FILTER_FIELDS, r, strict=True):
@@ -602,3 +647,164 @@ def point_acceptance_history(sweep_ids: list[int], point_key: str) -> list[Point
     runs; the key is matched here)."""
     pts = history_points(sweep_ids, ("acceptance_length", "per_position_acceptance_rate"), snapshots={}, gpus=False)
     return [p for p in pts if p.identity_hash() == point_key]
+# --- stored per-sweep point summaries (issue 22) -----------------------------------------------
+# A SweepSummary row and its SweepSummaryColumn rows hold, per column, the values `load_points`
+# reads of each counted run of one sweep (run-id order); the readers above take the sweep's
+# points from the columns they need in one query and never touch the runs. Written by
+# runs.services.summaries (the codec is here: the read side owns it).
+
+#: Most sweeps a filtered `history_points` reads from their summaries (more: from the runs).
+SUMMARY_FILTERED_MAX_SWEEPS = 2
+#: Format of a stored summary (SweepSummary.format): a summary of another format (or missing a
+#: column a reader needs, e.g. a figure added to the schema since it was built) is ignored and
+#: the sweep read from its runs.
+SUMMARY_FORMAT = 1
+#: The summary's columns: the point's Run columns (point field names), its lossless group, the
+#: `gpus` column as JSON text, the start time (microseconds since the epoch, None when unknown)
+#: and every WindowMetrics figure.
+SUMMARY_COLUMNS = (*_LOADED_FIELDS, "gpus_text", "started_at_us", *METRICS)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SWEEP_RUN = attrgetter("sweep_id", "run_id")
+
+
+def summary_columns(sweep_id: int) -> dict[str, list]:
+    """{SUMMARY_COLUMNS entry: [value per counted run of the sweep, in id order]} read live from
+    the runs (one query): what `runs.services.summaries` stores and `figure_points` /
+    `history_points` read back."""
+    qs = Run.objects.counted().filter(sweep_id=sweep_id).order_by("id").annotate(
+        gpus_text=Cast("gpus", TextField()))
+    rows = list(qs.values_list(*(_column(f) for f in _STORED_FIELDS),
+                               *(f"lossless__{c}" for c in _LOSSLESS_COLUMNS.values()),
+                               "gpus_text", "started_at", *(f"metrics__{f}" for f in METRICS)))
+    cols = dict(zip(SUMMARY_COLUMNS, (list(c) for c in zip(*rows, strict=True)), strict=True)) if rows else {
+        c: [] for c in SUMMARY_COLUMNS}
+    cols["started_at_us"] = [None if t is None else _to_us(t) for t in cols["started_at_us"]]
+    return cols
+
+
+def _to_us(t: datetime) -> int:
+    return (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def pack_summary(cols: dict[str, list]) -> dict[str, bytes]:
+    """`summary_columns` as stored: {column: zlib (level 1) over marshal of its list} (values are
+    None, bool, int, float, str or lists of those), one SweepSummaryColumn row each, so that a
+    reader fetches and decodes only the columns it reads. Raises ValueError for a value marshal
+    cannot hold."""
+    return {c: zlib.compress(marshal.dumps(v), 1) for c, v in cols.items()}
+
+
+class SummaryColumns(dict):
+    """Packed summary columns ({column: bytes}, `pack_summary`) read as {column: list}, each
+    decoded when first read."""
+
+    def __missing__(self, name: str) -> list:
+        value = marshal.loads(zlib.decompress(self._packed[name]))  # noqa: S302 (written by pack_summary)
+        self[name] = value
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._packed
+
+    def __init__(self, packed: dict[str, bytes]) -> None:
+        super().__init__()
+        self._packed = packed
+
+
+def _summaries(sweep_ids: Iterable[int], figures: Sequence[str], columns: Sequence[str] = ()
+               ) -> dict[int, SummaryColumns]:
+    """{sweep id: columns} of the stored summaries (of SUMMARY_FORMAT) of `sweep_ids` with the
+    columns `columns` (default: the point's, the start time and `figures`), fetching those
+    columns only (one query); a sweep without a usable summary is absent (read from its runs).
+    KeyError for a figure outside the schema."""
+    for f in figures:
+        if f not in METRICS:
+            raise KeyError(f"not a WindowMetrics field: {f!r}")
+    names = set(columns or (*_LOADED_FIELDS, "gpus_text", "started_at_us", *figures))
+    packed: dict[int, dict[str, bytes]] = {}
+    for pk, name, data in (SweepSummaryColumn.objects.filter(summary_id__in=list(sweep_ids), name__in=names,
+                                                             summary__format=SUMMARY_FORMAT)
+                           .values_list("summary_id", "name", "data")):
+        packed.setdefault(pk, {})[name] = bytes(data)
+    return {pk: SummaryColumns(cols) for pk, cols in packed.items() if names <= cols.keys()}
+
+
+def _selection_mask(cols: dict[str, list], tp: Iterable[int] = (), concurrency: Iterable[int] = (),
+                    output_len: Iterable[int] = (), methods: Iterable[str] = (),
+                    configs: Iterable[tuple[str, int | None, int | None]] = (),
+                    host: Iterable[str] = ()) -> list[bool] | None:
+    """`_selection` over a summary's columns: True per run it keeps (None: every run). A host
+    filter reads the hosts' ids (one query)."""
+    n = len(cols["run_id"])
+    keep = [True] * n
+    tests: list[tuple[str, set]] = []
+    host = list(host)
+    if host:
+        tests.append(("host_id", set(Host.objects.filter(name__in=host).values_list("id", flat=True))))
+    for name, values in (("tp", tp), ("concurrency", concurrency), ("output_len", output_len)):
+        values = set(values)
+        if values:
+            tests.append((name, values))
+    for name, values in tests:
+        keep = [k and v is not None and v in values for k, v in zip(keep, cols[name], strict=True)]
+    methods, configs = set(methods), set(configs)
+    if methods or configs:
+        keep = [k and (m in methods or (m, nk, b) in configs) for k, m, nk, b in
+                zip(keep, cols["method"], cols["num_speculative_tokens"], cols["tree_budget"], strict=True)]
+    return keep if tests or methods or configs else None
+
+
+def _filter_mask(cols: dict[str, list], filters: dict[str, list]) -> list[bool] | None:
+    """`history_points`' filters over a summary's columns (None: every run)."""
+    if not filters:
+        return None
+    keep = [True] * len(cols["run_id"])
+    for name, allowed in filters.items():
+        values = set(allowed)
+        keep = [k and v is not None and v in values for k, v in zip(keep, cols[name], strict=True)]
+    return keep
+
+
+def _summary_points(cols: dict[str, list], figures: Sequence[str], *, keep: list[bool] | None,
+                    gpus: bool = True, snapshots: dict[int, list[dict[str, Any]]] | None = None,
+                    prices: dict[str, float | None] | None = None) -> list[Point]:
+    """The points `load_points` makes (the same values as `_points_of` gives them), from a
+    summary's columns: the runs `keep` marks (None: all), in id order, with `figures`, the
+    hardware fingerprint dated from the start time given `snapshots`, GPUs unless `gpus` is
+    False, priced given `prices`. Works a column at a time (no function call per row)."""
+
+    def sel(name: str) -> list:
+        col = cols[name]
+        return col if keep is None else list(itertools.compress(col, keep))
+
+    columns = [sel(c) for c in _LOADED_FIELDS]
+    m = len(columns[0])
+    for at in (len(_STORED_FIELDS), len(_LOADED_FIELDS) - 1):  # verdict, sentence: "" without a verdict
+        columns[at] = [v or "" for v in columns[at]]
+    texts = sel("gpus_text") if gpus else [None] * m
+    decoded: dict[str | None, tuple] = {}
+    for text in set(texts):
+        g = [x for x in ((json.loads(text) if text else None) or []) if isinstance(x, dict)]
+        uuids, gnames = tuple(x.get("uuid", "") for x in g), tuple(x.get("name", "") for x in g)
+        decoded[text] = (uuids, gnames, _price(gnames, prices) if prices is not None else None)
+    per_run = [decoded[t] for t in texts]
+    columns += [[d[0] for d in per_run], [d[1] for d in per_run]]
+    if snapshots:
+        at = _dated(snapshots)
+        dates: dict[tuple, str] = {}
+        keys = list(zip(sel("started_at_us"), columns[_STORED_FIELDS.index("host_id")], strict=True))
+        for us, host_id in set(keys):
+            dates[us, host_id] = at(None if us is None else _EPOCH + timedelta(microseconds=us), host_id)
+        columns.append([dates[key] for key in keys])
+    else:
+        columns.append([""] * m)
+    columns += [sel(f) for f in figures]
+    names = tuple(figures)
+    if prices is not None:
+        duration, tokens = sel("duration_s"), sel("total_output_tokens")
+        columns.append([_cost(d[2], len(d[0]), dur, tok)
+                        for d, dur, tok in zip(per_run, duration, tokens, strict=True)])
+        columns.append([d[2] for d in per_run])
+        names += PRICED_FIGURES
+    return build_points((*_LOADED_FIELDS, "gpu_uuids", "gpu_names", "hardware_fingerprint"), names,
+                        zip(*columns, strict=True))

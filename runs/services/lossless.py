@@ -24,7 +24,7 @@ from benchkit.compare.lossless import Verdict, check_runs
 from benchkit.measure.outputs import RunOutputs, decode_outputs
 from runs.models import LosslessCheck, Run, RunOutputsBlob
 from runs.selectors import load_points
-from runs.services import dispatch
+from runs.services import dispatch, summaries
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ def check_sweep(sweep_id: int) -> dict[int, str]:
     twins = set(runs.filter(twin_of__isnull=False).values_list("pk", flat=True))  # forced acceptance
     verdicts = check_runs(points, _load, imported=imported, synthetic=twins)
     with transaction.atomic():
+        summaries.mark_stale([sweep_id])  # the points' lossless group changes
         LosslessCheck.objects.filter(run__sweep_id=sweep_id).exclude(run_id__in=list(verdicts)).delete()
         for run_id, v in verdicts.items():
             LosslessCheck.objects.update_or_create(run_id=run_id, defaults=_row(v))

@@ -15,6 +15,7 @@ from django.utils import timezone
 from benchkit.formats.common import TOOL_DRAFTBOARD, json_safe
 from benchkit.measure.metrics import WindowMetrics
 from runs.models import Run, RunMetrics
+from runs.services import summaries
 
 
 def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = None,
@@ -47,6 +48,7 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
     }
     # One UPDATE when the row exists (recompute: no read of the old row and its samples first);
     # else INSERT, and UPDATE after all if another writer inserted it meanwhile.
+    summaries.mark_stale([run.sweep_id])  # None for a Run(pk=...) stand-in: its caller marks
     if not RunMetrics.objects.filter(run_id=run.pk).update(**values):
         try:
             with transaction.atomic():

@@ -28,13 +28,14 @@ from benchkit.measure.gpu_window import NO_GPUS_NOTE
 from benchkit.measure.metrics import METRIC_FIELDS, WindowMetrics, measure_encoded_batch
 from benchkit.measure.window import assemble_window
 from runs.models import Run, RunMetrics, RunState
+from runs.services import summaries
 from runs.services.metrics_store import store_metrics
 
 #: Runs loaded per query (bounds memory: a blob is ~0.1-0.3 MB).
 CHUNK = 20
 _SPEC_FIELDS = tuple(f.name for f in METRIC_FIELDS if f.group == "spec_decode")
 #: What recompute reads of a run: nothing else (no samples, spec, argv, log tail).
-_COLUMNS = ("id", "spec__workload__slo", "request_logs__data", "request_logs__window_start_ns",
+_COLUMNS = ("id", "sweep_id", "spec__workload__slo", "request_logs__data", "request_logs__window_start_ns",
             "request_logs__window_end_ns", "metrics__id", "metrics__spec_source", "metrics__source_tool",
             "metrics__definitions", "metrics__extra", "metrics__client_headroom", "gpus",
             "gpu_telemetry__data", "gpu_telemetry__idle_used_mib",
@@ -87,6 +88,7 @@ def _store(rows: list[dict[str, Any]], results: list[tuple[WindowMetrics, dict]]
     """Write the recomputed figures of `rows`, keeping each row's counter figures, client
     headroom and sources, and re-deriving its GPU figures from its telemetry stream."""
     with transaction.atomic():
+        summaries.mark_stale({row["sweep_id"] for row in rows})
         for row, (measured, samples) in zip(rows, results, strict=True):
             kept: dict[str, Any] = {}
             if row["metrics__id"] is not None:

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.models import Run, RunState, RunTransition
+from runs.services import summaries
 
 S = RunState
 
@@ -71,6 +72,8 @@ def create(runs: list[Run], origin: str, to_state: str, note: str = "", **fields
         created = Run.objects.bulk_create(runs)
         RunTransition.objects.bulk_create([RunTransition(run=run, from_state=origin, to_state=to_state,
                                                          note=note[:2000]) for run in created])
+        if to_state == S.SUCCEEDED:  # counted from now on: the sweeps' stored summaries no longer hold
+            summaries.mark_stale({run.sweep_id for run in created})
     return created
 
 
@@ -95,6 +98,8 @@ def transition(run: Run, to_state: str, note: str = "", **fields) -> Run:
             current = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
             raise IllegalTransition(f"run {run.pk}: expected state {from_state}, found {current}")
         RunTransition.objects.create(run=run, from_state=from_state, to_state=to_state, note=note[:2000])
+        if S.SUCCEEDED in (from_state, to_state):  # counted from now on, or no longer
+            summaries.mark_stale([run.sweep_id])
     run.state = to_state
     for key, value in fields.items():
         setattr(run, key, value)
