@@ -8,13 +8,14 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import dashboard, exports, figures, filters, history
+from analysis import acceptance, ceilings, dashboard, exports, figures, filters, history
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.hosts.topology import TopoMatrix
 from benchkit.point import SPEED_FIELD, Point
 from runs import selectors
 from runs.models import Host, Run, RunState, Sweep
+from runs.services.ceilings import ceiling_inputs
 
 
 def sweep_list(request: HttpRequest) -> HttpResponse:
@@ -138,7 +139,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     m = getattr(run, "metrics", None)
     ctx = dashboard.build_run(run, run.sweep.name, gpu_series=selectors.gpu_series(run),
                               cost=selectors.cost_of(run, m) if m else (None, None))
-    ctx.update(run=run, transitions=list(run.transitions.all()))
+    ctx.update(run=run, transitions=list(run.transitions.all()),
+               ceilings=ceilings.run_section(run, ceiling_inputs({run.model, run.drafter})),
+               acceptance=acceptance.acceptance_section(run, m))
     return render(request, "analysis/run_detail.html", ctx)
 
 
