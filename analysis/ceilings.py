@@ -70,12 +70,16 @@ def _footprints(model: str, drafter: str, inputs, cache: dict) -> tuple[ModelFoo
 
 def ceiling_of(*, gpu_names: Iterable[str], model: str, drafter: str, tp: int, concurrency: int | None,
                draft_tokens: int, input_len: int | None, output_len: int | None, tau: float | None,
-               tpot_ms: float | None, inputs, cache: dict | None = None) -> CeilingAnswer:
+               tpot_ms: float | None, inputs, cache: dict | None = None,
+               host_id: int | None = None) -> CeilingAnswer:
     """The ceilings of one point (benchkit.ceilings.roofline.point_ceiling), or no ceiling with a
     note: GPUs of several models or none, an unknown GPU, no stored config.json, an unknown
-    concurrency or length. `draft_tokens`: k, or the tree budget; 0 for autoregressive. `tau`
+    concurrency or length. GPU names: the run's own, else its host's latest snapshot's
+    (`inputs.host_gpus[host_id]`). `draft_tokens`: k, or the tree budget; 0 for autoregressive. `tau`
     is used only for a speculative point (>= 1)."""
     names = {n for n in gpu_names if n}
+    if not names and host_id is not None and inputs.host_gpus.get(host_id):
+        names = {inputs.host_gpus[host_id]}  # the run's GPU entries carry no name: its host's snapshot
     if len(names) != 1:
         return CeilingAnswer(None, "GPUs of several models: no ceiling" if names else "no GPU model recorded: "
                              "no ceiling")
@@ -118,7 +122,7 @@ def point_ceiling_row(p, inputs, cache: dict | None = None) -> dict[str, Any]:
         gpu_names=p.gpu_names, model=p.model, drafter=p.drafter, tp=p.tp, concurrency=p.concurrency,
         draft_tokens=_draft_tokens(p.method, p.num_speculative_tokens, p.tree_budget), input_len=p.input_len,
         output_len=p.output_len, tau=getattr(p, "acceptance_length", None), tpot_ms=getattr(p, "median_tpot_ms", None),
-        inputs=inputs, cache=cache))
+        inputs=inputs, cache=cache, host_id=p.host_id))
 
 
 def run_ceiling_row(run, inputs, cache: dict | None = None) -> dict[str, Any]:
@@ -129,7 +133,7 @@ def run_ceiling_row(run, inputs, cache: dict | None = None) -> dict[str, Any]:
         drafter=run.drafter, tp=run.tp, concurrency=run.concurrency,
         draft_tokens=_draft_tokens(run.method, run.num_speculative_tokens, run.tree_budget),
         input_len=run.input_len, output_len=run.output_len, tau=getattr(m, "acceptance_length", None),
-        tpot_ms=getattr(m, "median_tpot_ms", None), inputs=inputs, cache=cache))
+        tpot_ms=getattr(m, "median_tpot_ms", None), inputs=inputs, cache=cache, host_id=run.host_id))
 
 
 def run_section(run, inputs) -> dict[str, Any]:

@@ -118,7 +118,8 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     runs = list(selectors.sweep_runs(sweep))
     prices = selectors.gpu_prices()
     points, speedups = dashboard.sweep_results(runs, prices)
-    table = exports.sweep_table(points, speedups)
+    inputs = ceiling_inputs({r.model for r in runs} | {r.drafter for r in runs}, {r.host_id for r in runs})
+    table = exports.sweep_table(points, speedups, inputs)
     name = f"sweep-{sweep.pk}"
     if fmt == "csv":
         resp = HttpResponse(exports.to_csv(table), content_type="text/csv")
@@ -126,7 +127,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         resp = HttpResponse(exports.to_latex(table, caption=f"{sweep.name} (sweep {sweep.pk})"),
                             content_type="application/x-tex")
     else:
-        resp = JsonResponse(exports.sweep_json(sweep, runs, prices), json_dumps_params={"indent": 1})
+        resp = JsonResponse(exports.sweep_json(sweep, runs, prices, inputs), json_dumps_params={"indent": 1})
     resp["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return resp
 
@@ -140,7 +141,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     ctx = dashboard.build_run(run, run.sweep.name, gpu_series=selectors.gpu_series(run),
                               cost=selectors.cost_of(run, m) if m else (None, None))
     ctx.update(run=run, transitions=list(run.transitions.all()),
-               ceilings=ceilings.run_section(run, ceiling_inputs({run.model, run.drafter})),
+               ceilings=ceilings.run_section(run, ceiling_inputs({run.model, run.drafter}, {run.host_id})),
                acceptance=acceptance.acceptance_section(run, m))
     return render(request, "analysis/run_detail.html", ctx)
 

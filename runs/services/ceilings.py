@@ -20,7 +20,7 @@ from django.db import transaction
 
 from benchkit.ceilings.gpus import GpuSpecRow, load_gpu_specs
 from benchkit.ceilings.modelconfig import ModelConfigError, read_model_config
-from runs.models import GpuSpec, ModelConfig
+from runs.models import GpuSpec, HardwareSnapshot, ModelConfig
 
 _ROW_FIELDS = ("gpu_name", "memory_bandwidth_tb_s", "memory_bandwidth_source", "dense_bf16_tflop_s",
                "dense_fp16_tflop_s", "dense_fp8_tflop_s", "dense_fp32_tflop_s", "flops_source", "as_of", "note")
@@ -54,15 +54,22 @@ class CeilingInputs:
     rows: list[GpuSpecRow]
     rows_source: str
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    host_gpus: dict[int, str] = field(default_factory=dict)
 
 
-def ceiling_inputs(models: set[str] | None = None) -> CeilingInputs:
-    """The GPU rows and the config.json of `models` (every stored one when None): two queries."""
+def ceiling_inputs(models: set[str] | None = None, hosts: set[int] | None = None) -> CeilingInputs:
+    """The GPU rows, the config.json of `models` (every stored one when None) and the GPU model
+    of each host's latest hardware snapshot (`hosts`; every host when None), for runs whose GPU
+    entries carry no name: three queries."""
     rows, source = gpu_spec_rows()
     qs = ModelConfig.objects.all()
     if models is not None:
         qs = qs.filter(model__in=[m for m in models if m])
-    return CeilingInputs(rows, source, {m.model: m.config for m in qs})
+    snaps = HardwareSnapshot.objects.order_by("host_id", "taken_at", "id")
+    if hosts is not None:
+        snaps = snaps.filter(host_id__in=hosts)
+    host_gpus = dict(snaps.values_list("host_id", "gpu_name"))  # the latest per host wins
+    return CeilingInputs(rows, source, {m.model: m.config for m in qs}, host_gpus)
 
 
 @transaction.atomic
