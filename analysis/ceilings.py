@@ -195,7 +195,8 @@ def crossing_configs(points, inputs, concurrency: int) -> list[str]:
         if p.concurrency != concurrency:
             continue
         row = point_ceiling_row(p, inputs, cache)
-        if row["ceiling_binding"] is not None and row["verified_tokens_per_step"] > row["ceiling_ridge_tokens_per_step"]:
+        ridge = row["ceiling_ridge_tokens_per_step"]
+        if row["ceiling_binding"] is not None and row["verified_tokens_per_step"] > ridge:
             name = f"{p.label} TP{p.tp}"
             if name not in out:
                 out.append(name)
