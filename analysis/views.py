@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import acceptance, ceilings, dashboard, exports, figures, filters, history
+from analysis import acceptance, ceilings, dashboard, exports, figures, filters, history, recommend
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.hosts.topology import TopoMatrix
@@ -61,6 +61,8 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
         return bad_query(exc)
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
+    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+    ctx.update(ridge_figure=ceilings.ridge_figure(points, inputs), what_to_run=recommend.panel_context(points, inputs))
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
                hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
                all_hosts_query=selection.query(host=()))
