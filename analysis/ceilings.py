@@ -201,3 +201,26 @@ def crossing_configs(points, inputs, concurrency: int) -> list[str]:
             if name not in out:
                 out.append(name)
     return out
+
+
+def _side(points: list, inputs, cache: dict) -> dict[str, Any] | None:
+    """{"achieved_pct": median over the runs with one, "binding": the first run's} or None."""
+    rows = [point_ceiling_row(p, inputs, cache) for p in points]
+    rows = [r for r in rows if r["ceiling_binding"] is not None]
+    if not rows:
+        return None
+    pcts = sorted(r["ceiling_achieved_pct"] for r in rows if r["ceiling_achieved_pct"] is not None)
+    pct = None if not pcts else (pcts[len(pcts) // 2] if len(pcts) % 2 else (pcts[len(pcts) // 2 - 1]
+                                                                           + pcts[len(pcts) // 2]) / 2)
+    return {"achieved_pct": pct, "binding": rows[0]["ceiling_binding"], "ceiling_tok_s": rows[0]["ceiling_tok_s"]}
+
+
+def annotate_compare(data: dict[str, Any], points: list, inputs) -> None:
+    """Add `ceiling` {"old", "new"} (each `_side`: achieved % of the binding ceiling, median over
+    the side's runs, and which ceiling binds; None where there is none) to every matched and
+    put-apart row of analysis.history.build_compare's `data`, in place."""
+    by_run = {p.run_id: p for p in points}
+    cache: dict = {}
+    for r in (*data.get("points", []), *data.get("apart", [])):
+        r["ceiling"] = {side: _side([by_run[i] for i in r[f"{side}_run_ids"] if i in by_run], inputs, cache)
+                        for side in ("old", "new")}

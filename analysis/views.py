@@ -231,6 +231,8 @@ def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> di
     ctx = history.build_compare(old, new, [p for p in points if p.sweep_id == old_pk],
                                 [p for p in points if p.sweep_id == new_pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
                                 limit=limit)
+    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+    ceilings.annotate_compare(ctx["data"], points, inputs)
     ctx.update(old=old, new=new, filters=chosen)
     return ctx
 

@@ -137,3 +137,14 @@ def test_per_request_tau_against_counters_bound():
     msg = per_request_tau_gap(4.0, 5.0)
     assert msg and "25.0%" in msg
     assert per_request_tau_gap(None, 5.0) is None and per_request_tau_gap(4.0, None) is None
+
+
+def test_compare_page_has_the_ceiling_column(client):
+    old, new = make_users_grid(), make_users_grid()
+    seed_for_grid()
+    resp = client.get(reverse("analysis:compare") + f"?old={old.pk}&new={new.pk}")
+    page = text(resp.content.decode())
+    assert "% of ceiling" in page
+    gp = next(p for p in grid_costs.grid_points() if (p.tp, p.concurrency, p.point.label) == (8, 8, "b32"))
+    pct = f"{grid_costs.ceiling(gp).achieved_pct:.1f}"
+    assert f"{pct} → {pct} %" in page
