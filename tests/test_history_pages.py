@@ -213,8 +213,9 @@ PAGES = [("analysis:home", {}), ("analysis:home_data", {}), ("analysis:compare",
          ("analysis:compare_data", {}), ("analysis:trend", None), ("analysis:trend_data", None)]
 #: home: latest ids, latest sweeps, runs' points, state counts, open flags (+ hosts for the HTML);
 #: compare: latest ids, latest sweep, previous, old sweep's host, snapshots, points;
-#: trend: host, nights, facets, snapshots, points, flags.
-EXPECTED = {"analysis:home": 6, "analysis:home_data": 5, "analysis:compare": 6, "analysis:compare_data": 6,
+#: trend: host, nights, facets, snapshots, points, flags. Compare + 3: the ceilings' GPU specs, model
+#: configs and hosts' GPU models.
+EXPECTED = {"analysis:home": 6, "analysis:home_data": 5, "analysis:compare": 9, "analysis:compare_data": 9,
             "analysis:trend": 6, "analysis:trend_data": 6}
 
 
