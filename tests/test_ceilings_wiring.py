@@ -148,3 +148,21 @@ def test_compare_page_has_the_ceiling_column(client):
     gp = next(p for p in grid_costs.grid_points() if (p.tp, p.concurrency, p.point.label) == (8, 8, "b32"))
     pct = f"{grid_costs.ceiling(gp).achieved_pct:.1f}"
     assert f"{pct} → {pct} %" in page
+
+
+def test_run_page_draws_per_request_acceptance_or_says_unknown(client):
+    sweep = make_users_grid()
+    run = Run.objects.get(sweep=sweep, tp=1, concurrency=1, tree_budget=15)
+    page = text(client.get(reverse("analysis:run_detail", args=[run.pk])).content.decode())
+    assert "unknown: the engine returned no per-request spec-decode figures" in page  # never 0
+    m = run.metrics
+    m.acceptance_length_request_weighted, m.acceptance_length_token_weighted, m.spec_requests_reported = 5.25, 7.0, 2
+    m.distributions = {**(m.distributions or {}), "tau_per_request": [3.5, 7.0],
+                       "accepted_per_step_histogram": [1.0, 0.0, 2.0, 0.0, 5.0]}
+    m.save()
+    html = client.get(reverse("analysis:run_detail", args=[run.pk])).content.decode()
+    page = text(html)
+    assert "request-weighted 5.250 · token-weighted 7.000 over 2 requests" in page
+    assert f"token-weighted vs counters {100 * (7.0 - 7.4) / 7.4:.1f} %" in page  # TAU[b15] = 7.4 (counters)
+    assert 'id="fig-acc-tau_per_request-plot"' in html and 'id="fig-acc-accepted_per_step-plot"' in html
+    assert "8 verify steps; mean 3.000 accepted per step" in page  # (2 x 2 + 4 x 5) / 8
