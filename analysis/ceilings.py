@@ -1,5 +1,5 @@
 """Decode-step ceilings of stored points, for pages and exports (issue 20, docs/CEILINGS.md); no
-queries here: the GPU rows and config.json come in a `runs.services.ceilings.CeilingInputs`.
+queries here: the GPU rows and config.json come in a `runs.ceilings.CeilingInputs`.
 
 `ceiling_of(...)` computes one point's ceilings from its configuration (GPU names, model,
 drafter, TP, concurrency B, k or tree budget, input and output lengths) and its measured tau and

@@ -51,7 +51,7 @@ def sweep_table(points: list[Point], speedups: list[Speedup], ceiling_inputs=Non
     """One row per counted run: configuration, figures, the speedup of its configuration
     (median over repeats) and the baseline runs it was computed against. The points need every
     figure of COLUMNS, the priced ones included. The decode-step ceilings (analysis.ceilings,
-    CEILING_COLUMNS) are computed from `ceiling_inputs` (runs.services.ceilings.ceiling_inputs);
+    CEILING_COLUMNS) are computed from `ceiling_inputs` (runs.ceilings.ceiling_inputs);
     empty without them or where a point has none."""
     by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
     rows = []

@@ -14,8 +14,8 @@ from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.hosts.topology import TopoMatrix
 from benchkit.point import SPEED_FIELD, Point
 from runs import selectors
+from runs.ceilings import ceiling_inputs
 from runs.models import Host, Run, RunState, Sweep
-from runs.services.ceilings import ceiling_inputs
 
 
 def sweep_list(request: HttpRequest) -> HttpResponse:

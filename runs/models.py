@@ -482,7 +482,7 @@ class GpuSpec(models.Model):
     """One GPU model's memory bandwidth and dense peak FLOP/s (docs/CEILINGS.md), set in the
     admin like GPU prices; seeded from benchkit/ceilings/gpu_specs.yaml (`manage.py
     seed_gpu_specs`). The ceilings read these rows when the table has any, else the file
-    (runs.services.ceilings.gpu_spec_rows). Units in the names; an empty peak means the GPU has
+    (runs.ceilings.gpu_spec_rows). Units in the names; an empty peak means the GPU has
     no such path (never 0). `aliases`: other NVML names of the same board, comma-separated."""
 
     gpu_name = models.CharField(max_length=200, unique=True, help_text='NVML name, e.g. "NVIDIA H200"')
@@ -507,7 +507,7 @@ class GpuSpec(models.Model):
 
 class ModelConfig(models.Model):
     """A model's Hugging Face `config.json`, keyed by the name runs record (`Run.model` or
-    `Run.drafter`, e.g. "/models/Qwen3.5-27B"): the ceilings read it (runs.services.ceilings).
+    `Run.drafter`, e.g. "/models/Qwen3.5-27B"): the ceilings read it (runs.ceilings).
     Pasted in the admin or loaded with `manage.py seed_gpu_specs --model-config NAME=PATH`."""
 
     model = models.CharField(max_length=TEXT_LIMITS["model"], unique=True, help_text="as Run.model records it")

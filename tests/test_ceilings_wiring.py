@@ -18,8 +18,9 @@ from analysis import ceilings
 from benchkit.ceilings.gpus import load_gpu_specs
 from benchkit.ceilings.roofline import DecodePoint, decode_ceiling
 from benchkit.measure.validity import per_request_tau_gap
+from runs.ceilings import ceiling_inputs, gpu_spec_rows
 from runs.models import GpuSpec, Run
-from runs.services.ceilings import ceiling_inputs, gpu_spec_rows, store_model_config
+from runs.services.ceilings import store_model_config
 from tests import usersgrid_costs as grid_costs
 from tests.usersgrid import make_users_grid
 

@@ -69,7 +69,10 @@ def test_request_and_token_weighted_tau_differ_on_mixed_lengths_on_real_vllm(dem
     """Issue 20: per-request spec-decode figures from a real vLLM server, a workload of short (4
     tokens) and long (64 tokens) completions: the run's request-weighted and token-weighted tau
     are both kept, with the per-request tau distribution and the accepted-per-step histogram, and
-    they differ (a long completion counts once in the first, by its steps in the second)."""
+    they differ (a long completion counts once in the first, by its steps in the second). The
+    demo models' dummy weights accept every draft (tau = k + 1 everywhere), so acceptance is
+    drawn by vLLM's synthetic rejection sampler (mean 2.5 tokens per step): each request's tau
+    then varies, the short ones' most."""
     from benchkit.measure.metrics import distributions
     from benchkit.measure.workloads import Prompt
 
@@ -78,7 +81,8 @@ def test_request_and_token_weighted_tau_differ_on_mixed_lengths_on_real_vllm(dem
             "--served-model-name", "demo", "--load-format", "dummy", "--dtype", "float32", "--max-model-len", "1024",
             "--gpu-memory-utilization", "0.2", "--port", str(port), "--seed", "0",
             "--speculative-config",
-            f'{{"method": "draft_model", "model": "{demo_models.draft}", "num_speculative_tokens": 3}}',
+            f'{{"method": "draft_model", "model": "{demo_models.draft}", "num_speculative_tokens": 3, '
+            '"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}',
             "--per-request-spec-decode-metrics", "summary"]
     server = ManagedServer(argv, {"VLLM_CPU_KVCACHE_SPACE": "1"}, tmp_path / "server.log")
     server.start()

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from analysis import recommend
 from runs import selectors
+from runs.ceilings import ceiling_inputs
 from runs.models import Sweep
-from runs.services.ceilings import ceiling_inputs
 
 #: The figures the cost model reads from each point.
 FIELDS = ("median_tpot_ms", "acceptance_length", "per_position_acceptance_rate")
