@@ -69,10 +69,11 @@ def test_request_and_token_weighted_tau_differ_on_mixed_lengths_on_real_vllm(dem
     """Issue 20: per-request spec-decode figures from a real vLLM server, a workload of short (4
     tokens) and long (64 tokens) completions: the run's request-weighted and token-weighted tau
     are both kept, with the per-request tau distribution and the accepted-per-step histogram, and
-    they differ (a long completion counts once in the first, by its steps in the second). The
-    demo models' dummy weights accept every draft (tau = k + 1 everywhere), so acceptance is
-    drawn by vLLM's synthetic rejection sampler (mean 2.5 tokens per step): each request's tau
-    then varies, the short ones' most."""
+    they differ (a long completion counts once in the first, by its steps in the second). At
+    temperature 0 the demo models' dummy weights accept every draft (tau = k + 1 everywhere; the
+    synthetic rejection sampler is refused on CPU), so the requests sample at temperature 1:
+    rejection sampling of two different near-uniform distributions then accepts at random, and
+    each request's tau varies, the short ones' most."""
     from benchkit.measure.metrics import distributions
     from benchkit.measure.workloads import Prompt
 
@@ -81,15 +82,15 @@ def test_request_and_token_weighted_tau_differ_on_mixed_lengths_on_real_vllm(dem
             "--served-model-name", "demo", "--load-format", "dummy", "--dtype", "float32", "--max-model-len", "1024",
             "--gpu-memory-utilization", "0.2", "--port", str(port), "--seed", "0",
             "--speculative-config",
-            f'{{"method": "draft_model", "model": "{demo_models.draft}", "num_speculative_tokens": 3, '
-            '"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}',
+            f'{{"method": "draft_model", "model": "{demo_models.draft}", "num_speculative_tokens": 3}}',
             "--per-request-spec-decode-metrics", "summary"]
     server = ManagedServer(argv, {"VLLM_CPU_KVCACHE_SPACE": "1"}, tmp_path / "server.log")
     server.start()
     try:
         url = f"http://127.0.0.1:{port}"
         server.wait_ready([f"{url}/health", f"{url}/v1/models"], 600)
-        wl = WorkloadSpec(num_prompts=8, concurrency=2, input_len=16, output_len=64, ignore_eos=True, seed=0)
+        wl = WorkloadSpec(num_prompts=8, concurrency=2, input_len=16, output_len=64, ignore_eos=True, seed=0,
+                          temperature=1.0)
         prompts = [Prompt(f"mixed lengths prompt number {i} " * 2, 16, 64 if i % 2 else 4) for i in range(10)]
         res = run_load_sync(url, "demo", wl, prompts=prompts, options=ClientOptions(return_token_ids=True))
     finally:
