@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.ceilings import CEILING_COLUMNS, CEILING_HEADERS, point_ceiling_row, run_ceiling_row
 from benchkit.compare import verdicts
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
@@ -47,20 +48,26 @@ COLUMNS = [
     *((name, METRICS[name].header) for name in EFFICIENCY_COLUMNS),
     ("cost_usd_per_m_output_tokens", "cost per million output tokens (USD/Mtok)"),
     ("price_usd_per_gpu_hour", "price used (USD per GPU-hour)"),
+    *((k, CEILING_HEADERS[k]) for k in CEILING_COLUMNS),
 ]
 
 
-def sweep_table(points: list[Point], speedups: list[Speedup]) -> pd.DataFrame:
+def sweep_table(points: list[Point], speedups: list[Speedup], ceiling_inputs=None) -> pd.DataFrame:
     """One row per counted run: configuration, figures, the end-to-end and decode speedups of its
     configuration (medians over repeats; `speedups` from analysis.dashboard.verdict_speedups, which
     leaves excluded points out) and the baseline runs they were computed against, and the
     exclusion reason ("" when the run feeds verdicts). The points need every figure of COLUMNS,
-    the priced ones included."""
+    the priced ones included. The decode-step ceilings (analysis.ceilings, CEILING_COLUMNS) are
+    computed from `ceiling_inputs` (runs.ceilings.ceiling_inputs); empty without them or where a
+    point has none."""
     by_run = {rid: sp for sp in speedups for rid in sp.run_ids}
     rows = []
+    cache: dict = {}
     for p in points:
         sp = by_run.get(p.run_id)
+        ceiling = point_ceiling_row(p, ceiling_inputs, cache) if ceiling_inputs is not None else {}
         rows.append({
+            **{k: ceiling.get(k) for k in CEILING_COLUMNS},
             **{k: getattr(p, k) for k in (*_POINT_COLUMNS, *LOSSLESS_COLUMNS, *_FIGURE_COLUMNS)},
             "speedup": round(sp.value, 4) if sp and sp.value is not None else None,
             "decode_speedup": _rounded(sp.ratios.get("decode") if sp else None),
@@ -106,7 +113,7 @@ def _has_value(col: pd.Series) -> bool:
     return any(not (v is None or v is pd.NA or (isinstance(v, float) and v != v) or v == "") for v in col)
 
 
-def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, Any]:
+def run_export(run, prices: dict[str, float | None] | None = None, ceiling_inputs=None) -> dict[str, Any]:
     """One counted run as benchkit.formats.vllm_bench.export_vllm_layout writes it, with the
     run's configuration (engine, method, TP, GPUs, argv, dataset, lengths) under draftboard.run,
     where the importer reads engine, dataset and lengths back, and there too
@@ -114,7 +121,9 @@ def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, 
     runs.selectors.cost_of; `prices`: runs.selectors.gpu_prices()). The efficiency figures are
     under draftboard.metrics with the other figures. Unknown values (an imported run's workload
     its file did not give) are null. The run's lossless verdict is under draftboard.run.lossless
-    (LosslessCheck's columns, null without one: an `auto` run, or not computed). Needs
+    (LosslessCheck's columns, null without one: an `auto` run, or not computed). With
+    `ceiling_inputs`, draftboard.run.ceiling holds the decode-step ceilings (analysis.ceilings:
+    CEILING_COLUMNS and `ceiling_note`, null figures where there is none). Needs
     `run.metrics` loaded (and `run.lossless`, else one query)."""
     m = run.metrics
     check = getattr(run, "lossless", None)
@@ -135,13 +144,16 @@ def run_export(run, prices: dict[str, float | None] | None = None) -> dict[str, 
                                            "block", "baseline_run_ids", "floor_run_ids", "floor_identical_share",
                                            "p_value")},
     }
+    if ceiling_inputs is not None:
+        row = run_ceiling_row(run, ceiling_inputs)
+        meta["ceiling"] = {k: row[k] for k in (*CEILING_COLUMNS, "ceiling_note")}
     return export_vllm_layout(window_of(m), meta, spec_source=m.spec_source or None)
 
 
-def sweep_json(sweep, runs, prices: dict[str, float | None] | None = None) -> dict[str, Any]:
+def sweep_json(sweep, runs, prices: dict[str, float | None] | None = None, ceiling_inputs=None) -> dict[str, Any]:
     """The JSON export of a sweep: {"sweep": {id, name, is_demo, spec}, "runs": [run_export of each
     counted run], "excluded": [{run, state, reason} of every other run]}."""
     return {"sweep": {"id": sweep.pk, "name": sweep.name, "is_demo": sweep.is_demo, "spec": sweep.spec},
-            "runs": [run_export(r, prices) for r in runs if r.counts],
+            "runs": [run_export(r, prices, ceiling_inputs) for r in runs if r.counts],
             "excluded": [{"run": r.pk, "state": r.state, "reason": r.failure_reason or r.invalidated_reason}
                          for r in runs if not r.counts]}

@@ -109,6 +109,21 @@ SECTIONS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("requests with per-request spec figures", "completed measured requests whose answer carried them",
               "requests", "", ("spec_requests_reported",)),
     )),
+    ("Decode-step ceilings (computed when read, docs/CEILINGS.md; no ceiling for an unknown GPU or model)", (
+        Entry("verified tokens per step V", "concurrency B x (k + 1) drafted tokens plus the root (B x (budget + 1) "
+                                             "for DDTree); B for autoregressive", "tokens/step"),
+        Entry("memory ceiling", "B x tau / (bytes one step reads: weights, KV cache over the mean context, "
+                                "recurrent state / (TP x memory bandwidth)); weights from config.json", "tok/s",
+              "output"),
+        Entry("compute ceiling", "B x tau / (2 x active parameters x V / (TP x dense peak FLOP/s of the compute "
+                                 "dtype))", "tok/s", "output"),
+        Entry("ridge", "the V at which the step's compute time equals its memory time; above it a step is "
+                       "compute-bound and a wider draft costs time in proportion", "tokens/step"),
+        Entry("binding ceiling, achieved %", "the smaller of the two ceilings; achieved = B x 1000 / median TPOT as "
+                                             "% of it. Ignored: all-reduce, launch overhead, attention FLOPs, and the "
+                                             "drafter's passes where its config is not stored", "% of tok/s",
+              "output"),
+    )),
     ("GPU telemetry and efficiency (NVML, the measured window only)", (
         Entry("output tok/s per GPU", "output tokens / window s / GPUs of the run", "tok/s/GPU", "output",
               ("output_tok_s_per_gpu",)),

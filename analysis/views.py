@@ -11,13 +11,26 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from analysis import changepoints, dashboard, display, exports, figures, filters, history, report
+from analysis import (
+    acceptance,
+    ceilings,
+    changepoints,
+    dashboard,
+    display,
+    exports,
+    figures,
+    filters,
+    history,
+    recommend,
+    report,
+)
 from analysis import glossary as glossary_content
 from analysis.filters import QueryError, Selection, parse_selection
 from benchkit.compare import verdicts
 from benchkit.hosts.topology import TopoMatrix
 from benchkit.point import SPEED_FIELD, Point
 from runs import selectors
+from runs.ceilings import ceiling_inputs
 from runs.models import Host, Run, RunState, Sweep
 
 
@@ -64,6 +77,8 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
         return bad_query(exc)
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
+    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+    ctx.update(ridge_figure=ceilings.ridge_figure(points, inputs), what_to_run=recommend.panel_context(points, inputs))
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
                hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
                all_hosts_query=selection.query(host=()))
@@ -122,7 +137,8 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     runs = list(selectors.sweep_runs(sweep))
     prices = selectors.gpu_prices()
     points, speedups = dashboard.sweep_results(runs, prices)
-    table = exports.sweep_table(points, speedups)
+    inputs = ceiling_inputs({r.model for r in runs} | {r.drafter for r in runs}, {r.host_id for r in runs})
+    table = exports.sweep_table(points, speedups, inputs)
     name = f"sweep-{sweep.pk}"
     if fmt == "csv":
         resp = HttpResponse(exports.to_csv(table), content_type="text/csv")
@@ -130,7 +146,7 @@ def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
         resp = HttpResponse(exports.to_latex(table, caption=f"{sweep.name} (sweep {sweep.pk})"),
                             content_type="application/x-tex")
     else:
-        resp = JsonResponse(exports.sweep_json(sweep, runs, prices), json_dumps_params={"indent": 1})
+        resp = JsonResponse(exports.sweep_json(sweep, runs, prices, inputs), json_dumps_params={"indent": 1})
     resp["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return resp
 
@@ -174,7 +190,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
                               cost=selectors.cost_of(run, m) if m else (None, None))
     ctx.update(run=run, transitions=list(run.transitions.all()),
                # the title of an unknown figure's marker ({% figure %}, analysis.display)
-               unknown_why=display.WHY_NOT_IN_FILE if (run.spec or {}).get("imported") else display.WHY_NOT_MEASURED)
+               unknown_why=display.WHY_NOT_IN_FILE if (run.spec or {}).get("imported") else display.WHY_NOT_MEASURED,
+               ceilings=ceilings.run_section(run, ceiling_inputs({run.model, run.drafter}, {run.host_id})),
+               acceptance=acceptance.acceptance_section(run, m))
     return render(request, "analysis/run_detail.html", ctx)
 
 
@@ -264,6 +282,8 @@ def _compare_context(request: HttpRequest, limit: int = history.ROW_LIMIT) -> di
     ctx = history.build_compare(old, new, [p for p in points if p.sweep_id == old_pk],
                                 [p for p in points if p.sweep_id == new_pk], settings.DRAFTBOARD_COMPARE_NOISE_PCT,
                                 limit=limit)
+    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+    ceilings.annotate_compare(ctx["data"], points, inputs)
     ctx.update(old=old, new=new, filters=chosen)
     return ctx
 

@@ -417,6 +417,26 @@ class GpuPriceAdmin(admin.ModelAdmin):
     search_fields = ("gpu_name",)
 
 
+@admin.register(models.GpuSpec)
+class GpuSpecAdmin(admin.ModelAdmin):
+    """GPU bandwidth and peak FLOP/s per GPU model, edited in the list like prices; the ceilings
+    use them when the table has rows, else benchkit/ceilings/gpu_specs.yaml (`seed_gpu_specs`)."""
+
+    list_display = ("gpu_name", "memory_bandwidth_tb_s", "dense_bf16_tflop_s", "dense_fp16_tflop_s",
+                    "dense_fp8_tflop_s", "dense_fp32_tflop_s", "as_of", "updated_at")
+    list_editable = ("memory_bandwidth_tb_s", "dense_bf16_tflop_s", "dense_fp16_tflop_s", "dense_fp8_tflop_s",
+                     "dense_fp32_tflop_s")
+    search_fields = ("gpu_name", "aliases")
+
+
+@admin.register(models.ModelConfig)
+class ModelConfigAdmin(admin.ModelAdmin):
+    """Models' config.json by the name runs record: the ceilings read parameters and dtypes here."""
+
+    list_display = ("model", "note", "updated_at")
+    search_fields = ("model",)
+
+
 @admin.register(models.GpuLease)
 class GpuLeaseAdmin(admin.ModelAdmin):
     list_display = ("gpu_uuid", "host", "run", "acquired_at", "expires_at")

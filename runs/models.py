@@ -491,6 +491,50 @@ class GpuPrice(models.Model):
         return f"{self.gpu_name}: {self.usd_per_gpu_hour if self.usd_per_gpu_hour is not None else '-'} USD/GPU-h"
 
 
+class GpuSpec(models.Model):
+    """One GPU model's memory bandwidth and dense peak FLOP/s (docs/CEILINGS.md), set in the
+    admin like GPU prices; seeded from benchkit/ceilings/gpu_specs.yaml (`manage.py
+    seed_gpu_specs`). The ceilings read these rows when the table has any, else the file
+    (runs.ceilings.gpu_spec_rows). Units in the names; an empty peak means the GPU has
+    no such path (never 0). `aliases`: other NVML names of the same board, comma-separated."""
+
+    gpu_name = models.CharField(max_length=200, unique=True, help_text='NVML name, e.g. "NVIDIA H200"')
+    aliases = models.CharField(max_length=600, blank=True, help_text="other NVML names, comma-separated")
+    memory_bandwidth_tb_s = models.FloatField(help_text="peak DRAM bandwidth per GPU, TB/s (1e12 bytes/s)")
+    memory_bandwidth_source = models.CharField(max_length=600)
+    dense_bf16_tflop_s = models.FloatField(null=True, blank=True, help_text="dense TFLOP/s; empty = none")
+    dense_fp16_tflop_s = models.FloatField(null=True, blank=True, help_text="dense TFLOP/s; empty = none")
+    dense_fp8_tflop_s = models.FloatField(null=True, blank=True, help_text="dense TFLOP/s; empty = none")
+    dense_fp32_tflop_s = models.FloatField(null=True, blank=True, help_text="dense TFLOP/s; empty = none")
+    flops_source = models.CharField(max_length=600)
+    as_of = models.CharField(max_length=600)
+    note = models.CharField(max_length=600, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["gpu_name"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_name}: {self.memory_bandwidth_tb_s} TB/s"
+
+
+class ModelConfig(models.Model):
+    """A model's Hugging Face `config.json`, keyed by the name runs record (`Run.model` or
+    `Run.drafter`, e.g. "/models/Qwen3.5-27B"): the ceilings read it (runs.ceilings).
+    Pasted in the admin or loaded with `manage.py seed_gpu_specs --model-config NAME=PATH`."""
+
+    model = models.CharField(max_length=TEXT_LIMITS["model"], unique=True, help_text="as Run.model records it")
+    config = models.JSONField(help_text="the model's config.json")
+    note = models.CharField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model"]
+
+    def __str__(self) -> str:
+        return self.model
+
+
 class GpuLease(models.Model):
     """A GPU held by a run. Unique per (host, GPU UUID): two runs never hold one GPU at once.
 

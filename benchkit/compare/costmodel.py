@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -238,6 +238,56 @@ def fit_step_cost(points: Sequence[MeasuredPoint], knee_tokens_per_step: float |
         notes=tuple(notes))
 
 
+def fit_pooled_step_cost(groups: Sequence[Sequence[MeasuredPoint]], concurrency: int,
+                         knee_of: Callable[[int], float | None] | None = None) -> StepCostFit:
+    """The cost fit at a concurrency B never measured, from the groups measured at other
+    concurrencies of the same (host, GPU, TP, build, model): each point's relative cost against
+    its own group's baseline, regressed on the same form with each point's own B and knee,
+
+        c = 1 + d + a x (V - B_i) + b x max(0, V - knee(B_i)),
+
+    then predicted at B (`knee_of(B)`). Assumes the cost of one more verified token and of
+    speculating do not change with B, which is what the pooled residuals test; the note says
+    so. Raises CostModelError when a group has no baseline or fewer than 2 different V remain."""
+    rows, ys, obs, vs = [], [], [], []
+    knee_b = knee_of(concurrency) if knee_of else None
+    use_knee = knee_b is not None
+    for group in groups:
+        b_i, base = _baseline(group)
+        k_i = knee_of(b_i) if knee_of else None
+        use_knee = use_knee and k_i is not None
+        for p in group:
+            if p.method == "auto":
+                continue
+            v = p.verified_tokens_per_step
+            c = p.tpot_ms * p.tau / base
+            rows.append((v, b_i, k_i))
+            ys.append(c - 1.0)
+            vs.append(v)
+            obs.append((f"{p.name} B={b_i}", v, float(c)))
+    if len(set(vs)) < 2:
+        raise CostModelError(f"the pooled cost fit needs speculative points at >= 2 different V; got {sorted(set(vs))}")
+    measured_bs = ", ".join(str(b) for b in sorted({r[1] for r in rows}))
+    notes = [f"B={concurrency} not measured: cost fitted on B={measured_bs} pooled (d and a assumed the same at "
+             "every B)"]
+    if use_knee:
+        above = {v for v, _, k in rows if v > k}
+        below = {v for v, _, k in rows if v <= k}
+        if len(above) < 2 or len(below) < 2:
+            notes.append("knee at the ridge not fitted (fewer than 2 V on a side): one line")
+            use_knee = False
+    X = np.array([[1.0, v - b] + ([max(0.0, v - k)] if use_knee else []) for v, b, k in rows])
+    ols = _Ols.fit(X, np.array(ys))
+    fitted = [float(c) for c in ols.coef]
+    if ols.dof <= 0:
+        notes.append("as many parameters as points: no residual degrees of freedom, no interval")
+    return StepCostFit(
+        concurrency=concurrency, baseline_tpot_ms=float("nan"), knee_tokens_per_step=knee_b if use_knee else None,
+        coef=(fitted[0], fitted[1], fitted[2] if use_knee else 0.0),
+        cov=tuple(tuple(float(x) for x in row) for row in ols.cov), residual_sd=ols.sd, dof=ols.dof,
+        v_range=(int(min(vs)), int(max(vs))), observations=tuple(obs), notes=tuple(notes))
+
+
 @dataclass(frozen=True)
 class TreeAcceptanceFit:
     """tau(B) = alpha + beta x ln(1 + B), beta >= 0, fitted over a tree method's points.
@@ -353,19 +403,23 @@ class Recommendation:
 
 
 def recommend(points: Sequence[MeasuredPoint], *, knee_tokens_per_step: float | None = None,
-              budgets: Sequence[int] | None = None, max_k: int | None = None) -> Recommendation:
+              budgets: Sequence[int] | None = None, max_k: int | None = None,
+              cost_fit: StepCostFit | None = None) -> Recommendation:
     """Predict the decode speedup of every candidate of one group and rank them.
 
     Candidates: `auto` (speedup 1); per tree method, `budgets` (default every budget from 1 to
     the largest measured); per chain method, k = 1.. the positions its per-position rates cover
     (capped at `max_k`), or the measured k alone where no rates were measured.
+    `cost_fit`: a fit made elsewhere (fit_pooled_step_cost, for a concurrency never measured);
+    then `points` only give acceptance (any concurrency) and nothing is "measured".
     Raises CostModelError (see fit_step_cost)."""
-    cost_fit = fit_step_cost(points, knee_tokens_per_step)
+    pooled = cost_fit is not None
+    cost_fit = cost_fit or fit_step_cost(points, knee_tokens_per_step)
     B, base = cost_fit.concurrency, cost_fit.baseline_tpot_ms
     by_config: dict[tuple[str, int], list[MeasuredPoint]] = defaultdict(list)
     for p in points:
         by_config[(p.method, p.draft_tokens)].append(p)
-    measured = {key: base / _median(p.tpot_ms for p in ps) for key, ps in by_config.items()}
+    measured = {} if pooled else {key: base / _median(p.tpot_ms for p in ps) for key, ps in by_config.items()}
     labels = {key: ps[0].name for key, ps in by_config.items()}
     notes: list[str] = list(cost_fit.notes)
     preds: list[Prediction] = [Prediction("auto", "auto", 0, B, _exact(1.0), _exact(1.0), _exact(1.0),

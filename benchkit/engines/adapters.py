@@ -278,8 +278,9 @@ class EngineAdapter:
 
         Order: the build's `launch` templates, `options` for set fields (dtype, max_model_len,
         load_format, served_model_name, seed), prefix-caching flags when decided, the method's
-        args (and its `speculative_config`, rendered by `speculative_config_args`), then
-        `server.extra_args` verbatim. With `acceptance_tau`, the twin's changes
+        args (and its `speculative_config`, rendered by `speculative_config_args`), the engine's
+        per-request spec-decode flags when the build sets `per_request_spec_metrics` and the
+        method speculates, then `server.extra_args` verbatim. With `acceptance_tau`, the twin's changes
         (`twin`): its speculative-config keys merged in and its args after the method's.
         Raises EngineConfigError naming the ServerConfig field when the combination
         breaks a rule of the method table (benchkit.methods.check_method: unknown method, tree
@@ -361,6 +362,12 @@ class EngineAdapter:
                     val = fill(val, f"methods.{server.method}.speculative_config.{key}")
                 spec[key] = val
             argv += self.speculative_config_args({**spec, **change.speculative_config}, server.method)
+        level = block.get("per_request_spec_metrics")
+        if level and info.speculates:
+            if self.request_spec_metrics is None:
+                raise EngineConfigError(f"per_request_spec_metrics: engine {self.name!r} declares no per-request "
+                                        "spec-decode figures")
+            argv += self.request_spec_metrics.args(level)
         argv += [*change.args, *(str(a) for a in server.extra_args)]
         return argv
 

@@ -184,7 +184,12 @@ class EngineFlags(StrictModel):
     Where the server runs: `python` the interpreter that runs `launch` (an absolute path, e.g. a
     build's own virtualenv `/opt/sglang-ddtree/bin/python`; with a `launcher`, the interpreter
     the launcher runs, e.g. `python3` inside a container image; default: the interpreter
-    draftboard runs under) and `launcher` (LauncherFlags) what runs it."""
+    draftboard runs under) and `launcher` (LauncherFlags) what runs it.
+
+    `per_request_spec_metrics` ("summary" / "detailed"): start a speculative run's server with the
+    engine's per-request spec-decode flags (benchkit.engines.capabilities.RequestSpecMetrics; vLLM
+    >= 0.28 `--per-request-spec-decode-metrics LEVEL`), so each response carries its acceptance
+    (issue 20). Per build: an older build refuses the flag. Unset: not asked."""
 
     launch: list[Template] | None = None
     options: dict[OptionField, Flag] | None = None
@@ -193,6 +198,7 @@ class EngineFlags(StrictModel):
     methods: dict[MethodName, MethodFlags | None] | None = None
     python: str | None = None
     launcher: LauncherFlags | None = None
+    per_request_spec_metrics: Literal["summary", "detailed"] | None = None
 
     @model_validator(mode="after")
     def _python_path(self) -> EngineFlags:

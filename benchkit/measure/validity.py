@@ -9,7 +9,8 @@ Besides the failure codes there are marks that are *not* failures (NON_FAILURE_C
 still counts, the dashboard flags it suspect with the message:
 
 - `suspect`: the server's acceptance length and the client's estimates disagree by more than
-  15 % (`benchkit.measure.counters.cross_check`);
+  15 % (`benchkit.measure.counters.cross_check`), or the token-weighted tau of the engine's
+  per-request figures and the counters' tau by more than PER_REQUEST_TAU_TOLERANCE (10 %);
 - `counters_restarted` / `acceptance_out_of_bounds`: the spec-decode counters could not give
   window figures (`benchkit.measure.counters.CounterWindowError`); the run keeps none;
 - `client_saturated`: the load client was busy enough to delay its own time stamps (CPU share
@@ -229,6 +230,28 @@ def length_share_within(pairs: Sequence[tuple[float, float]], tolerance: float =
     return sum(1 for actual, intended in pairs if _within(actual, intended, tolerance)) / len(pairs)
 
 
+#: Bound on |token-weighted tau from the engine's per-request figures - the counters' tau| / the
+#: counters' tau. Both count the same verify steps of the same engine; they differ only by the
+#: steps of requests cut by the window's edges (the counters' window holds parts of requests the
+#: per-request figures drop or hold whole), a few % of the steps at the shortest windows measured
+#: here. Beyond 10 % one of the two is wrong (issue 20: the counters stay the cross-check).
+PER_REQUEST_TAU_TOLERANCE = 0.10
+
+
+def per_request_tau_gap(counters_tau: float | None, token_weighted_tau: float | None,
+                        tolerance: float = PER_REQUEST_TAU_TOLERANCE) -> str | None:
+    """The suspect message when the token-weighted tau of the engine's per-request figures and the
+    server counters' tau differ by more than `tolerance` (relative to the counters'); None when
+    they agree or either is unknown."""
+    if not counters_tau or token_weighted_tau is None or counters_tau <= 0:
+        return None
+    rel = abs(token_weighted_tau - counters_tau) / counters_tau
+    if rel <= tolerance:
+        return None
+    return (f"per-request token-weighted tau = {token_weighted_tau:.3f} differs from the server counters' tau = "
+            f"{counters_tau:.3f} by {rel:.1%} (> {tolerance:.0%})")
+
+
 def check_run(
     logs: Sequence[RequestLog],
     window: WindowMetrics,
@@ -364,6 +387,9 @@ def check_run(
             mean_decode_tokens_per_chunk(list(logs)),
             icl / tpot if icl is not None and tpot else None,
         )
+        gap = per_request_tau_gap(window.acceptance_length, window.acceptance_length_token_weighted)
+        if gap is not None:
+            suspects.append(gap)
     out.extend(Violation("suspect", m) for m in suspects)
     if counter_error is not None:
         out.append(Violation(counter_error.code, f"{counter_error.code}: {counter_error}; no acceptance figures kept"))

@@ -1,0 +1,57 @@
+"""`python manage.py recommend SWEEP [--tp N] [--concurrency B] [--top N] [--write-sweep FILE]`: what
+to run next, from the fitted cost model over the sweep's counted runs (analysis.recommend,
+docs/CEILINGS.md "The cost model"); the same ranking as the sweep page's "what to run" panel."""
+
+from pathlib import Path
+
+import yaml
+from django.core.management.base import BaseCommand, CommandError
+
+from analysis import recommend
+from runs import selectors
+from runs.ceilings import ceiling_inputs
+from runs.models import Sweep
+
+#: The figures the cost model reads from each point.
+FIELDS = ("median_tpot_ms", "acceptance_length", "per_position_acceptance_rate")
+
+
+class Command(BaseCommand):
+    help = ("Rank every K or tree budget by predicted decode speedup (with a 95 % interval) at a TP and "
+            "concurrency, measured or not; measured points beside their prediction, marked when outside its "
+            "interval. --write-sweep FILE writes a sweep file of the top unmeasured candidates.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("sweep", type=int, help="sweep id")
+        parser.add_argument("--tp", type=int, help="tensor parallel size (default: every TP of the sweep)")
+        parser.add_argument("--concurrency", type=int, help="concurrency B (default: every measured one)")
+        parser.add_argument("--top", type=int, default=3, help="candidates in --write-sweep (default 3)")
+        parser.add_argument("--write-sweep", metavar="FILE", help="write a sweep file of the top candidates")
+
+    def handle(self, *args, **opts):
+        sweep = Sweep.objects.filter(pk=opts["sweep"]).first()
+        if sweep is None:
+            raise CommandError(f"no sweep {opts['sweep']}")
+        points = selectors.figure_points(sweep.pk, FIELDS, None)
+        if not points:
+            raise CommandError(f"sweep {sweep.pk} has no counted run")
+        inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+        tps = [opts["tp"]] if opts["tp"] else sorted({p.tp for p in points})
+        entries = []
+        for tp in tps:
+            bs = [opts["concurrency"]] if opts["concurrency"] else sorted({p.concurrency for p in points
+                                                                           if p.tp == tp and p.concurrency})
+            entries += [recommend.recommend_for(points, inputs, tp, b) for b in bs]
+        for e in entries:
+            self.stdout.write(recommend.format_entry(e) + "\n")
+        if opts["write_sweep"]:
+            if len(entries) != 1:
+                raise CommandError("--write-sweep needs one TP and one concurrency (--tp and --concurrency)")
+            if entries[0].rec is None:
+                raise CommandError(f"no prediction to write: {entries[0].error}")
+            try:
+                spec = recommend.sweep_file_for(sweep.spec or {}, entries[0], opts["top"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            Path(opts["write_sweep"]).write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+            self.stdout.write(f"wrote {opts['write_sweep']}: {spec['description']}")

@@ -1,0 +1,77 @@
+"""`manage.py recommend` and the sweep page's "what to run" panel on the users' grid (issue 20):
+the ranking at a measured (TP, B) equals the cost model's over the same points, an unmeasured
+(TP 8, B 16) is predicted from the pooled groups, a measured point outside its interval is
+marked, and --write-sweep writes a sweep file that loads."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.urls import reverse
+
+from benchkit.compare.costmodel import recommend
+from benchkit.sweeps.sweepfile import loads_sweep
+from runs.models import GpuSpec
+from tests import usersgrid_costs as grid_costs
+from tests.usersgrid import make_users_grid
+
+pytestmark = pytest.mark.django_db
+
+MODEL = "/models/Qwen3.5-27B"
+
+
+def seed():
+    call_command("seed_gpu_specs", "--model-config", f"{MODEL}={grid_costs.MODEL_CONFIG}", stdout=io.StringIO())
+    GpuSpec.objects.filter(gpu_name=grid_costs.GPU_NAME).update(aliases="RTX PRO 6000")
+
+
+def run_cmd(*args) -> str:
+    out = io.StringIO()
+    call_command("recommend", *map(str, args), stdout=out)
+    return out.getvalue()
+
+
+def test_measured_group_matches_the_cost_model(tmp_path):
+    sweep = make_users_grid()
+    seed()
+    text = run_cmd(sweep.pk, "--tp", 1, "--concurrency", 8)
+    # the same group through the core, without linear (its k is in no stored drafter config)
+    pts = [p for p in grid_costs.groups(grid_costs.grid_points())[(1, 8)] if p.method != "linear"]
+    want = recommend(pts, knee_tokens_per_step=grid_costs.knee(8))
+    best = want.predictions[0]
+    assert text.startswith("TP 1, concurrency 8 (measured)")
+    first = text.splitlines()[2].split()
+    assert first[0] == best.label and float(first[4]) == pytest.approx(best.speedup.value, abs=0.006)
+    rows = {ln.split()[0]: ln for ln in text.splitlines()[2:] if ln and not ln.startswith(("note:", "best "))}
+    measured = [p for p in want.predictions if p.measured_speedup is not None and p.label in rows]
+    assert measured  # the top rows hold measured configurations too
+    for p in measured:
+        assert ("OUTSIDE interval" in rows[p.label]) == bool(p.outside_interval)
+        assert f"{p.measured_speedup:.2f}" in rows[p.label]
+
+
+def test_unmeasured_tp8_concurrency_16_and_write_sweep(tmp_path):
+    sweep = make_users_grid()
+    seed()
+    target = tmp_path / "next.yaml"
+    text = run_cmd(sweep.pk, "--tp", 8, "--concurrency", 16, "--write-sweep", target)
+    assert text.startswith("TP 8, concurrency 16 (not measured)")
+    assert "B=16 not measured: cost fitted on B=1, 8 pooled" in text
+    spec = loads_sweep(target.read_text())
+    assert spec.grid["tp"] == [8] and spec.grid["concurrency"] == [16]
+    print(text)
+    doc = yaml.safe_load(target.read_text())
+    budgets = [m["tree_budget"] for m in doc["grid"]["methods"] if isinstance(m, dict)]
+    assert doc["grid"]["methods"][0] == "auto" and len(budgets) == 3
+    assert all(m.get("prefix_caching") is False for m in doc["grid"]["methods"] if isinstance(m, dict))
+
+
+def test_sweep_page_panel_and_ridge_figure(client):
+    sweep = make_users_grid()
+    seed()
+    html = client.get(reverse("analysis:sweep_detail", args=[sweep.pk])).content.decode()
+    assert 'id="what-to-run"' in html and "TP 4 · concurrency 8" in html
+    assert 'id="fig-ridge-plot"' in html
