@@ -147,12 +147,21 @@ def _in_child(fn, *args):
 
     from django.db import connections
 
+    global _CALL
     connections.close_all()  # the child opens its own database connection
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        return pool.apply(_child, (fn, args))
+    _CALL = (fn, args)  # inherited by the fork: the logs are not pickled (that would cost this process their size)
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            return pool.apply(_child)
+    finally:
+        _CALL = None
 
 
-def _child(fn, args):
+_CALL = None
+
+
+def _child():
+    fn, args = _CALL
     return fn(*args), peak_mb()
 
 
