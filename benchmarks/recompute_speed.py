@@ -45,7 +45,7 @@ from django.db import transaction  # noqa: E402
 
 from benchkit.formats.common import TOOL_DRAFTBOARD, json_safe  # noqa: E402
 from benchkit.measure import metrics  # noqa: E402
-from benchkit.measure.logs import MessageEvent, RequestLog, encode_logs  # noqa: E402
+from benchkit.measure.logs import MessageEvent, RequestLog, encode_logs_v1  # noqa: E402
 from runs.models import Host, RequestLogBlob, Run, RunMetrics, RunState, Sweep  # noqa: E402
 from runs.selectors import window_of  # noqa: E402
 from runs.services.metrics_store import store_metrics  # noqa: E402
@@ -95,7 +95,8 @@ def seed(n: int) -> Sweep:
                 spec={"server": {"method": "ddtree" if spec else "auto"}, "workload": {"slo": {"ttft_ms": 2000.0}}},
                 argv=["python", "-m", "sglang.launch_server"] * 10, server_log_tail=tail)
             logs, t0, t1 = make_logs(spec, i)
-            RequestLogBlob.objects.create(run=run, data=encode_logs(logs), n_requests=len(logs),
+            # stored in the old layout (zlib JSON): the reference path decodes only that
+            RequestLogBlob.objects.create(run=run, data=encode_logs_v1(logs), n_requests=len(logs),
                                           n_warmup=CONCURRENCY, window_start_ns=t0, window_end_ns=t1)
             window = metrics.compute_run_metrics(logs, t0, t1, {"ttft_ms": 2000.0})
             if spec:

@@ -24,6 +24,7 @@ from benchkit.measure.metrics import SUMMARY_FIELDS
 from benchkit.methods import METHOD_NAMES
 from benchkit.sweeps.sweepfile import PointsRefused, SweepError
 from runs import models
+from runs.admin_scale import LargeTableAdmin, recent_values_filter
 from runs.forms import AcknowledgeForm, InvalidateForm, SweepYamlForm
 from runs.services import dispatch, hosts, ingest, invalidation, policy, regressions, sweeps
 
@@ -146,22 +147,21 @@ class GpuAdmin(AuditReadOnly, admin.ModelAdmin):
     search_fields = ("uuid", "pci_bus_id")
 
 
-class RunInline(admin.TabularInline):
-    model = models.Run
-    extra = 0
-    can_delete = False
-    show_change_link = True
-    fields = ("method", "num_speculative_tokens", "tree_budget", "tp", "concurrency", "state", "failure_reason")
-    readonly_fields = fields
-
-
 @admin.register(models.Sweep)
 class SweepAdmin(admin.ModelAdmin):
     list_display = ("name", "id", "host", "is_demo", "created_at", "created_by", "source", "dashboard")
     list_filter = ("host", "is_demo")
     search_fields = ("name", "description")
-    inlines = [RunInline]
-    readonly_fields = ("host", "spec", "source", "is_demo", "created_by", "schedule", "window")
+    # No inline of its runs (a 3 240-run sweep made a 5.5 MB page and 6 489 form fields, more than
+    # Django accepts on save: issue 22): a link to the run list filtered to the sweep instead.
+    readonly_fields = ("runs_list", "host", "spec", "source", "is_demo", "created_by", "schedule", "window")
+
+    @admin.display(description="runs")
+    def runs_list(self, obj):
+        """Link to the admin's run list filtered to this sweep, with the sweep's run count (an
+        index count of one sweep's rows)."""
+        url = reverse("admin:runs_run_changelist") + f"?sweep={obj.pk}"
+        return format_html('<a href="{}">{} runs</a>', url, obj.runs.count())
 
     def has_create_sweep_permission(self, request) -> bool:
         return request.user.has_perm("runs.create_sweep")
@@ -296,8 +296,25 @@ class RunChangeList(ChangeList):
         return super().get_queryset(request, exclude_parameters).only(*RunAdmin.LIST_COLUMNS)
 
 
+class ColumnsChangeList(ChangeList):
+    """A list that loads only its admin's LIST_COLUMNS."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        return super().get_queryset(request, exclude_parameters).only(*self.model_admin.LIST_COLUMNS)
+
+
+class ToStateFilter(FixedChoicesFilter):
+    """A transition's new state, from the fixed run states (no DISTINCT over every transition)."""
+
+    title, parameter_name, choices_list = "to state", "to_state", tuple(models.RunState.values)
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset if value in (None, "") else queryset.filter(to_state=value)
+
+
 @admin.register(models.Run)
-class RunAdmin(ActionPermissions, admin.ModelAdmin):
+class RunAdmin(LargeTableAdmin, ActionPermissions, admin.ModelAdmin):
     list_display = ("id", "sweep", "method_label", "tp", "concurrency", "output_len", "state", "failure_reason",
                     "suspect", "output_tok_s", "engine", "host", "finished_at")
     #: Columns the list reads (RunChangeList): what list_display shows, through its joins.
@@ -312,7 +329,7 @@ class RunAdmin(ActionPermissions, admin.ModelAdmin):
     search_help_text = "A run id (digits) finds that run; other text searches model, drafter, failure message."
     list_select_related = ("sweep", "host", "metrics")
     ordering = ("-id",)  # the primary key's index: no join through the sweep's ordering
-    show_full_result_count = False
+    # LargeTableAdmin: no count of the whole table; each filter column has an index led by it (Run.Meta)
     actions = ["invalidate"]
     inlines = [TransitionInline]
     readonly_fields = [f.name for f in models.Run._meta.fields]
@@ -363,38 +380,51 @@ class RunAdmin(ActionPermissions, admin.ModelAdmin):
 
 
 @admin.register(models.RunMetrics)
-class RunMetricsAdmin(AuditReadOnly, admin.ModelAdmin):
+class RunMetricsAdmin(LargeTableAdmin, AuditReadOnly, admin.ModelAdmin):
     list_display = ("run", *(f.name for f in SUMMARY_FIELDS), "error_rate", "source_tool")
-    list_filter = ("source_tool",)
+    #: What the list reads: its columns and the run's label (no samples or JSON columns).
+    LIST_COLUMNS = ("id", "run", "run__id", "run__method", "run__num_speculative_tokens", "run__tree_budget",
+                    "run__tp", "run__concurrency", *(f.name for f in SUMMARY_FIELDS), "error_rate", "source_tool")
+    list_filter = (recent_values_filter("source_tool", "source tool"),)
+    list_select_related = ("run",)
+    ordering = ("-id",)
     readonly_fields = [f.name for f in models.RunMetrics._meta.fields]
+
+    def get_changelist(self, request, **kwargs):
+        return ColumnsChangeList
+
+
+class NoBlobBytes(LargeTableAdmin):
+    """A blob model's admin: `data` is neither shown nor read (deferred in every query of the
+    list and the change page: a request-log blob of a big run is tens of MB)."""
+
+    exclude = ("data",)
+    ordering = ("-id",)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("data")
 
 
 @admin.register(models.RequestLogBlob)
-class RequestLogBlobAdmin(AuditReadOnly, admin.ModelAdmin):
-    list_display = ("run", "n_requests", "n_warmup")
-    exclude = ("data",)
+class RequestLogBlobAdmin(NoBlobBytes, AuditReadOnly, admin.ModelAdmin):
+    list_display = ("run_id", "n_requests", "n_warmup")
     readonly_fields = ("run", "n_requests", "n_warmup", "window_start_ns", "window_end_ns")
 
 
 @admin.register(models.GpuTelemetryBlob)
-class GpuTelemetryBlobAdmin(AuditReadOnly, admin.ModelAdmin):
-    list_display = ("run", "hz", "n_ticks", "n_gpus")
-    exclude = ("data",)
+class GpuTelemetryBlobAdmin(NoBlobBytes, AuditReadOnly, admin.ModelAdmin):
+    list_display = ("run_id", "hz", "n_ticks", "n_gpus")
     readonly_fields = ("run", "hz", "n_ticks", "n_gpus", "idle_used_mib")
 
 
 @admin.register(models.RunOutputsBlob)
-class RunOutputsBlobAdmin(AuditReadOnly, admin.ModelAdmin):
+class RunOutputsBlobAdmin(NoBlobBytes, AuditReadOnly, admin.ModelAdmin):
     """What each run kept of its outputs for the lossless check; the digests themselves are never
     read here (deferred)."""
 
     list_display = ("run_id", "kind", "n_requests", "n_full")
-    list_filter = ("kind",)
-    exclude = ("data",)
+    list_filter = (recent_values_filter("kind"),)
     readonly_fields = ("run", "kind", "n_requests", "n_full")
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("data")
 
 
 @admin.register(models.LosslessCheck)
@@ -444,9 +474,10 @@ class GpuLeaseAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.RunTransition)
-class RunTransitionAdmin(AuditReadOnly, admin.ModelAdmin):
-    list_display = ("run", "from_state", "to_state", "at", "note")
-    list_filter = ("to_state",)
+class RunTransitionAdmin(LargeTableAdmin, AuditReadOnly, admin.ModelAdmin):
+    list_display = ("run_id", "from_state", "to_state", "at", "note")
+    list_filter = (ToStateFilter,)
+    ordering = ("-id",)  # the primary key's index (the model's ordering by run and time needs a sort)
 
 
 class OpenFlagFilter(admin.SimpleListFilter):

@@ -307,6 +307,11 @@ class Run(models.Model):
                          condition=Q(state="succeeded")),
             # the reaper (active runs of a host) and the reconciler (queued runs of a host)
             models.Index(fields=["host", "state"], name="run_host_state"),
+            # the admin's run list at 1M runs (newest first, issue 22): each filter walks its own index
+            *(models.Index(fields=[f, "-id"], name=f"run_admin_{f}") for f in
+              ("state", "failure_reason", "method", "engine", "tp", "concurrency", "host")),
+            models.Index(fields=["-id"], name="run_admin_suspect", condition=Q(suspect=True)),
+            models.Index(fields=["-id"], name="run_admin_demo_model", condition=Q(is_demo_model=True)),
         ]
         permissions = [("invalidate_run", "Can invalidate runs (they stay stored but leave every chart)")]
 
@@ -373,6 +378,10 @@ class RunMetrics(models.Model):
     gpu_check = models.JSONField(default=dict, blank=True, help_text="GPU verdicts, clock events seen, notes")
     client_headroom = models.JSONField(default=dict, blank=True, help_text="load client CPU and loop lag")
     computed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        # the admin's metrics list filtered by source tool, newest first, at 1M rows (issue 22)
+        indexes = [models.Index(fields=["source_tool", "-id"], name="metrics_admin_source_tool")]
 
 
 _COLUMN_TYPES = {int: models.BigIntegerField, float: models.FloatField, bool: models.BooleanField,

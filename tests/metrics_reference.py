@@ -15,7 +15,9 @@ import zlib
 
 import numpy as np
 
-from benchkit.measure.logs import FORMAT_VERSION, KINDS, MessageEvent, RequestLog, _COLUMNS
+from benchkit.measure.logs import KINDS, MessageEvent, RequestLog, _COLUMNS
+
+FORMAT_VERSION = 1  # the layout this reference decodes (benchkit.measure.logs.encode_logs_v1)
 from benchkit.measure.metrics import (
     DISTRIBUTION_CAP, NS_PER_MS, NS_PER_S, SLO_KEYS, RequestMetrics, WindowMetrics, latency_stats,
 )

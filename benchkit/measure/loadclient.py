@@ -72,7 +72,7 @@ import msgspec
 import numpy as np
 
 from benchkit.measure.httpstream import ConnectionPool, HttpError, Sink
-from benchkit.measure.logs import KINDS, MessageEvent, RequestLog
+from benchkit.measure.logs import KINDS, RequestLog
 from benchkit.measure.outputs import FULL_REQUESTS, OutputRecord, digest_output
 from benchkit.measure.specrequests import parse_spec_details
 from benchkit.measure.sse import SSEError, SSEParser
@@ -304,7 +304,7 @@ class RequestStream(Sink):
     parses the event stream and records every message. During the run the records are kept in
     flat arrays (`t_ns`, `tokens`, `kinds`), not as MessageEvent objects: a million long-lived
     objects make the garbage collector's full passes take tens of ms, which would stall the event
-    loop. `materialize()` builds `log.events` once the phase is over. `ids` / `text` collect the
+    loop. `materialize()` hands them to the log's columns once the phase is over. `ids` / `text` collect the
     output (token ids where every token-carrying message had them, else text) for the output
     digest; `output` is that digest (`benchkit.measure.outputs.OutputRecord`) once the request
     ended, and the buffers are dropped.
@@ -495,9 +495,9 @@ class RequestStream(Sink):
         self.ids, self.text = array("i"), []
 
     def materialize(self) -> RequestLog:
-        """Write the recorded messages into `log.events` (once, after the phase) and return the log."""
-        self.log.events = [MessageEvent(t, n, KINDS[k]) for t, n, k in zip(self.t_ns, self.tokens, self.kinds,
-                                                                               strict=True)]
+        """Hand the recorded messages to the log as its columns (once, after the phase; the arrays
+        are wrapped, not copied, and no object per message is built) and return the log."""
+        self.log.set_columns(self.t_ns, self.tokens, self.kinds)
         return self.log
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from benchkit.measure import loadclient
-from benchkit.measure.logs import KINDS, MessageEvent, RequestLog
+from benchkit.measure.logs import RequestLog
 from benchkit.measure.outputs import OutputRecord
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import WorkloadSpec
@@ -119,12 +119,13 @@ def _unpack(packed: list[tuple]) -> list[RequestLog]:
     logs = []
     for (index, warmup, send_ns, ok, error, prompt_tokens, completion_tokens, from_text, input_len,
          output_len, end_ns, ts, toks, kinds, spec_steps, spec_drafts, spec_accepted, spec_hist) in packed:
-        events = [MessageEvent(t, n, KINDS[k]) for t, n, k in zip(ts, toks, kinds, strict=True)]
-        logs.append(RequestLog(index=index, warmup=warmup, send_ns=send_ns, events=events, ok=ok, error=error,
-                               prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                               tokens_from_text=from_text, input_len=input_len, output_len=output_len,
-                               end_ns=end_ns, spec_steps=spec_steps, spec_draft_tokens=spec_drafts,
-                               spec_accepted_tokens=spec_accepted, spec_histogram=spec_hist))
+        log = RequestLog(index=index, warmup=warmup, send_ns=send_ns, ok=ok, error=error,
+                         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                         tokens_from_text=from_text, input_len=input_len, output_len=output_len,
+                         end_ns=end_ns, spec_steps=spec_steps, spec_draft_tokens=spec_drafts,
+                         spec_accepted_tokens=spec_accepted, spec_histogram=spec_hist)
+        log.set_columns(ts, toks, kinds)  # the unpickled arrays, wrapped: no object per message
+        logs.append(log)
     return logs
 
 

@@ -5,28 +5,49 @@ Every draftboard metric is a pure function of these logs plus the run's window
 recompute old runs. Times are `time.perf_counter_ns()` integers (ns, monotonic, only meaningful
 relative to each other within one process run).
 
-The stored form (`encode_logs`) is zlib-compressed JSON of column arrays, with every time kept
-as an integer delta (event times relative to the previous event, the first to the send time;
-end time relative to the send time), so the round trip is exact.
+In memory a request's messages are three numpy columns (`RequestLog.ev_t_ns`, `.ev_tokens`,
+`.ev_kind`), not an object per message: a 10 000 x 2 000-token run is 20 M messages, which as
+Python objects took 5 GB (issue 22); as columns it is 17 bytes per message. `RequestLog.events`
+still gives MessageEvent objects, built on each access, for code that wants them.
+
+Stored form (`encode_logs`, FORMAT_VERSION 2): `MAGIC` then one zstandard frame holding a JSON
+header (the per-request columns) and the per-message columns in binary: time deltas (first
+message to the send time, later ones to the previous message), token counts and kind codes, each
+in the narrowest little-endian integer type that holds it, byte-shuffled in blocks of
+`_BLOCK_REQUESTS` requests (byte 0 of every value, then byte 1, ...: what zstandard compresses
+best). All integers: the round trip is exact. The older FORMAT_VERSION 1 blobs (zlib over JSON
+columns, `encode_logs_v1`) still decode exactly: `decode_columns` reads both.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
+import zstandard
 
 #: Message kinds. `reasoning` and `content` messages may carry output tokens; a `usage` message
 #: is the final usage-only message (empty `choices`) and carries none.
 KINDS = ("reasoning", "content", "usage")
 
-#: Version tag of the encoded layout; `decode_logs` refuses others.
-FORMAT_VERSION = 1
+#: Version tag of the layout `encode_logs` writes; `decode_logs` reads this one and version 1.
+FORMAT_VERSION = 2
+#: The first bytes of a version-2 blob (a version-1 blob is zlib data: it starts with 0x78).
+MAGIC = b"DBRL\x02"
+#: zstandard level of `encode_logs` (measured by benchmarks/big_run.py: higher levels gain a few
+#: per cent for several times the CPU).
+ZSTD_LEVEL = 9
+#: Requests per byte-shuffled block of a per-message column (bounds the encoder's scratch memory).
+_BLOCK_REQUESTS = 256
 
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+_EMPTY_I64 = np.zeros(0, np.int64)
+_EMPTY_I8 = np.zeros(0, np.int8)
 
 
 @dataclass
@@ -47,40 +68,105 @@ class MessageEvent:
             raise ValueError(f"MessageEvent.kind must be one of {KINDS}, got {self.kind!r}")
 
 
-@dataclass
+def _as_i64(values: Any) -> np.ndarray:
+    """A 1-D int64 array of `values` (a buffer such as array('q') is wrapped without a copy)."""
+    if isinstance(values, np.ndarray):
+        return values if values.dtype == np.int64 else values.astype(np.int64)
+    if isinstance(values, memoryview | bytes | bytearray) or hasattr(values, "typecode"):
+        return np.frombuffer(values, dtype=np.int64) if len(values) else _EMPTY_I64
+    return np.asarray(values, dtype=np.int64) if len(values) else _EMPTY_I64
+
+
 class RequestLog:
     """Everything the client recorded for one request.
 
     `index`: position of the request's prompt in the run's prompt list (warmup first).
     `warmup`: sent before the measured window; counts nowhere. `send_ns`: when the request was
-    sent. `events`: streamed messages in arrival order. `ok`: the server answered 2xx and the
-    stream ended without an error (a 2xx with zero output tokens is still `ok` here; the metrics
-    count it as failed). `error`: reason when not ok ("http 500: ...", "timeout after 300.0 s",
-    "transport: ..."). `prompt_tokens` / `completion_tokens`: the server's final `usage`, None
-    when the server sent none. `tokens_from_text`: at least one message's token count was
-    estimated from its text because the server sent no cumulative usage with it.
+    sent. `events`: streamed messages in arrival order (a list of MessageEvent, built on each
+    read from the columns below; assigning a list sets the columns). `ok`: the server answered
+    2xx and the stream ended without an error (a 2xx with zero output tokens is still `ok` here;
+    the metrics count it as failed). `error`: reason when not ok ("http 500: ...", "timeout after
+    300.0 s", "transport: ..."). `prompt_tokens` / `completion_tokens`: the server's final
+    `usage`, None when the server sent none. `tokens_from_text`: at least one message's token
+    count was estimated from its text because the server sent no cumulative usage with it.
     `input_len` / `output_len`: the workload's intended lengths (tokens). `end_ns`: when the
     request finished (stream closed, error or timeout). `spec_steps`, `spec_draft_tokens`,
     `spec_accepted_tokens`, `spec_histogram`: the engine's per-request speculative-decoding
     figures where it returned them (`benchkit.measure.specrequests`), else None (unknown).
+
+    The messages themselves: `ev_t_ns` (int64 ns), `ev_tokens` (int64) and `ev_kind` (int8 code
+    into KINDS), one entry per message; `set_columns` sets them without copying. Two logs are
+    equal when every field and every message is.
     """
 
-    index: int
-    warmup: bool
-    send_ns: int
-    events: list[MessageEvent] = field(default_factory=list)
-    ok: bool = True
-    error: str = ""
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    tokens_from_text: bool = False
-    input_len: int = 0
-    output_len: int = 0
-    end_ns: int = 0
-    spec_steps: int | None = None
-    spec_draft_tokens: int | None = None
-    spec_accepted_tokens: int | None = None
-    spec_histogram: list[int] | None = None
+    __slots__ = ("index", "warmup", "send_ns", "ok", "error", "prompt_tokens", "completion_tokens",
+                 "tokens_from_text", "input_len", "output_len", "end_ns", "spec_steps", "spec_draft_tokens",
+                 "spec_accepted_tokens", "spec_histogram", "ev_t_ns", "ev_tokens", "ev_kind")
+    _FIELDS = __slots__[:15]
+
+    def __init__(self, index: int, warmup: bool, send_ns: int, events: list[MessageEvent] | None = None,
+                 ok: bool = True, error: str = "", prompt_tokens: int | None = None,
+                 completion_tokens: int | None = None, tokens_from_text: bool = False, input_len: int = 0,
+                 output_len: int = 0, end_ns: int = 0, spec_steps: int | None = None,
+                 spec_draft_tokens: int | None = None, spec_accepted_tokens: int | None = None,
+                 spec_histogram: list[int] | None = None):
+        self.index, self.warmup, self.send_ns, self.ok, self.error = index, warmup, send_ns, ok, error
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+        self.tokens_from_text = tokens_from_text
+        self.input_len, self.output_len, self.end_ns = input_len, output_len, end_ns
+        self.spec_steps, self.spec_draft_tokens = spec_steps, spec_draft_tokens
+        self.spec_accepted_tokens, self.spec_histogram = spec_accepted_tokens, spec_histogram
+        self.events = events or []
+
+    @property
+    def events(self) -> list[MessageEvent]:
+        """The messages as MessageEvent objects (a new list on each read)."""
+        return [MessageEvent(t, n, KINDS[k]) for t, n, k in
+                zip(self.ev_t_ns.tolist(), self.ev_tokens.tolist(), self.ev_kind.tolist(), strict=True)]
+
+    @events.setter
+    def events(self, events: list[MessageEvent]) -> None:
+        self.set_columns([e.t_ns for e in events], [e.tokens for e in events],
+                         np.asarray([_KIND_CODE[e.kind] for e in events], dtype=np.int8))
+
+    def set_columns(self, t_ns: Any, tokens: Any, kind: Any) -> None:
+        """Set the messages from three equal-length columns: arrival times (ns) and token counts
+        (int64 arrays or buffers of 8-byte integers such as array('q'), wrapped without a copy),
+        kind codes (int8 array or a bytes-like of codes). Raises ValueError on unequal lengths or
+        a kind code outside KINDS."""
+        t, n = _as_i64(t_ns), _as_i64(tokens)
+        k = (kind if isinstance(kind, np.ndarray) else np.frombuffer(bytes(kind), dtype=np.uint8)).astype(np.int8,
+                                                                                                       copy=False)
+        if not len(t) == len(n) == len(k):
+            raise ValueError(f"request log {self.index}: message columns of lengths {len(t)}, {len(n)}, {len(k)}")
+        if len(k) and (int(k.min()) < 0 or int(k.max()) >= len(KINDS)):
+            raise ValueError(f"request log {self.index}: bad event kind code in {sorted(set(k.tolist()))}")
+        self.ev_t_ns, self.ev_tokens, self.ev_kind = t, n, k
+
+    @property
+    def n_events(self) -> int:
+        """How many messages the request received."""
+        return len(self.ev_t_ns)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RequestLog):
+            return NotImplemented
+        return (all(getattr(self, f) == getattr(other, f) for f in self._FIELDS)
+                and np.array_equal(self.ev_t_ns, other.ev_t_ns) and np.array_equal(self.ev_tokens, other.ev_tokens)
+                and np.array_equal(self.ev_kind, other.ev_kind))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaced
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._FIELDS)
+        return f"RequestLog({fields}, n_events={self.n_events})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {s: getattr(self, s) for s in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for s, v in state.items():
+            object.__setattr__(self, s, v)
 
 
 #: Per-request columns added after FORMAT_VERSION 1 was first written: optional in a blob (an
@@ -104,41 +190,109 @@ _COLUMNS = (
     "ev_tokens",
     "ev_kind",
 )
+#: The per-request columns (the first 12), kept in a version-2 blob's JSON header.
+_REQUEST_COLUMNS = _COLUMNS[:12]
+#: The per-message columns, binary in a version-2 blob.
+_EVENT_COLUMNS = _COLUMNS[12:]
 
 
-def encode_logs(logs: list[RequestLog]) -> bytes:
-    """Encode request logs into compact bytes (zlib level 9 over JSON column arrays).
-
-    Layout (FORMAT_VERSION 1): one JSON object with `v` and the columns in `_COLUMNS`; per-event
-    columns are concatenated over requests in order, `n_events` says how many belong to each.
-    Event times are stored as deltas (first event to `send_ns`, later ones to the previous
-    event) and `end_ns` as `end_dns = end_ns - send_ns`. The `_SPEC_COLUMNS` are written only
-    when some request has a value. Inverse: `decode_logs`.
-    """
-    cols: dict[str, list] = {c: [] for c in _COLUMNS}
-    for log in logs:
-        cols["index"].append(log.index)
-        cols["warmup"].append(int(log.warmup))
-        cols["send_ns"].append(log.send_ns)
-        cols["ok"].append(int(log.ok))
-        cols["error"].append(log.error)
-        cols["prompt_tokens"].append(log.prompt_tokens)
-        cols["completion_tokens"].append(log.completion_tokens)
-        cols["tokens_from_text"].append(int(log.tokens_from_text))
-        cols["input_len"].append(log.input_len)
-        cols["output_len"].append(log.output_len)
-        cols["end_dns"].append(log.end_ns - log.send_ns)
-        cols["n_events"].append(len(log.events))
-        prev = log.send_ns
-        for ev in log.events:
-            cols["ev_dt_ns"].append(ev.t_ns - prev)
-            prev = ev.t_ns
-            cols["ev_tokens"].append(ev.tokens)
-            cols["ev_kind"].append(_KIND_CODE[ev.kind])
-    doc = {"v": FORMAT_VERSION, **cols}
+def _request_doc(logs: list[RequestLog]) -> dict[str, list]:
+    """The per-request columns of `logs` (JSON-ready lists), spec columns only when some request has one."""
+    doc: dict[str, list] = {
+        "index": [log.index for log in logs], "warmup": [int(log.warmup) for log in logs],
+        "send_ns": [log.send_ns for log in logs], "ok": [int(log.ok) for log in logs],
+        "error": [log.error for log in logs], "prompt_tokens": [log.prompt_tokens for log in logs],
+        "completion_tokens": [log.completion_tokens for log in logs],
+        "tokens_from_text": [int(log.tokens_from_text) for log in logs],
+        "input_len": [log.input_len for log in logs], "output_len": [log.output_len for log in logs],
+        "end_dns": [log.end_ns - log.send_ns for log in logs], "n_events": [log.n_events for log in logs],
+    }
     if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS):
         doc.update({c: [getattr(log, c) for log in logs] for c in _SPEC_COLUMNS})
+    return doc
+
+
+def encode_logs_v1(logs: list[RequestLog]) -> bytes:
+    """Encode request logs in the old FORMAT_VERSION 1 layout (zlib level 9 over JSON column
+    arrays), kept to test that old blobs still decode and to measure the change (benchmarks/big_run.py).
+
+    One JSON object with `v` (1) and the columns in `_COLUMNS`; per-event columns are
+    concatenated over requests in order, `n_events` says how many belong to each. Event times
+    are deltas (first event to `send_ns`, later ones to the previous event) and `end_ns` is
+    `end_dns = end_ns - send_ns`. The `_SPEC_COLUMNS` are written only when some request has a
+    value. Builds Python lists of every event: memory grows ~100 bytes per event."""
+    doc: dict[str, Any] = {"v": 1, **_request_doc(logs)}
+    spec = {c: doc.pop(c) for c in _SPEC_COLUMNS if c in doc}
+    doc["ev_dt_ns"] = [d for log in logs for d in _deltas(log).tolist()]
+    doc["ev_tokens"] = [n for log in logs for n in log.ev_tokens.tolist()]
+    doc["ev_kind"] = [k for log in logs for k in log.ev_kind.tolist()]
+    doc.update(spec)
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 9)
+
+
+def _deltas(log: RequestLog) -> np.ndarray:
+    """A request's message times as deltas: the first to its send time, later ones to the previous message."""
+    t = log.ev_t_ns
+    return np.diff(t, prepend=np.int64(log.send_ns)) if len(t) else _EMPTY_I64
+
+
+def _narrowest(lo: int, hi: int) -> str:
+    """The narrowest little-endian signed integer dtype holding lo..hi."""
+    for dt in ("<i1", "<i2", "<i4"):
+        info = np.iinfo(np.dtype(dt))
+        if info.min <= lo and hi <= info.max:
+            return dt
+    return "<i8"
+
+
+def _shuffle(values: np.ndarray) -> bytes:
+    """Byte-shuffle a 1-D array: byte 0 of every value, then byte 1, ... (inverse: `_unshuffle`)."""
+    width = values.dtype.itemsize
+    return values.view(np.uint8).reshape(-1, width).T.tobytes() if width > 1 else values.tobytes()
+
+
+def _unshuffle(raw: memoryview, count: int, dtype: np.dtype) -> np.ndarray:
+    width = dtype.itemsize
+    b = np.frombuffer(raw, dtype=np.uint8, count=count * width)
+    if width > 1:
+        b = np.ascontiguousarray(b.reshape(width, count).T)
+    return b.view(dtype).reshape(count)
+
+
+def encode_logs(logs: list[RequestLog], level: int = ZSTD_LEVEL) -> bytes:
+    """Encode request logs into compact bytes (FORMAT_VERSION 2; see the module docstring).
+
+    Layout: `MAGIC`, then a zstandard frame of: a little-endian u32 header length, the header
+    (JSON: `v`, `n_events_total`, `block`, `dtypes` {column: numpy dtype string} and the
+    per-request columns `_REQUEST_COLUMNS`, plus `_SPEC_COLUMNS` when some request has a
+    value), then each of `_EVENT_COLUMNS` in turn (`ev_dt_ns`: message time deltas as in
+    version 1; `ev_tokens`; `ev_kind`), in blocks of `block` requests, each block byte-shuffled.
+    Streams: the scratch memory is one block, not the run. `level`: zstandard level.
+    Inverse: `decode_logs` / `decode_columns`.
+    """
+    header: dict[str, Any] = {"v": FORMAT_VERSION, **_request_doc(logs)}
+    getters = {"ev_dt_ns": _deltas, "ev_tokens": lambda log: log.ev_tokens, "ev_kind": lambda log: log.ev_kind}
+    dtypes: dict[str, str] = {}
+    for col, get in getters.items():
+        lo = hi = 0
+        for log in logs:
+            v = get(log)
+            if len(v):
+                lo, hi = min(lo, int(v.min())), max(hi, int(v.max()))
+        dtypes[col] = _narrowest(lo, hi)
+    header.update(n_events_total=sum(header["n_events"]), block=_BLOCK_REQUESTS, dtypes=dtypes)
+    head = msgspec.json.encode(header)
+    comp = zstandard.ZstdCompressor(level=level).compressobj()
+    out = [MAGIC, comp.compress(struct.pack("<I", len(head)) + head)]
+    for col, get in getters.items():
+        dtype = np.dtype(dtypes[col])
+        for b0 in range(0, len(logs), _BLOCK_REQUESTS):
+            parts = [get(log) for log in logs[b0:b0 + _BLOCK_REQUESTS]]
+            parts = [p for p in parts if len(p)]
+            if parts:
+                out.append(comp.compress(_shuffle(np.concatenate(parts).astype(dtype))))
+    out.append(comp.flush())
+    return b"".join(out)
 
 
 @dataclass
@@ -178,20 +332,22 @@ class LogColumns:
         return len(self.index)
 
     def to_logs(self) -> list[RequestLog]:
-        """The same logs as RequestLog objects (the inverse of `columns_of`)."""
-        t, tok, kind = self.t_ns.tolist(), self.tokens.tolist(), self.kind.tolist()
+        """The same logs as RequestLog objects (the inverse of `columns_of`); each log's message
+        columns are views into this object's arrays (no object per message)."""
+        ends = np.cumsum(self.n_events).tolist()
         logs, pos = [], 0
-        for i, n in enumerate(self.n_events.tolist()):
-            events = [MessageEvent(t_ns=t[j], tokens=tok[j], kind=KINDS[kind[j]]) for j in range(pos, pos + n)]
-            pos += n
-            logs.append(RequestLog(
-                index=int(self.index[i]), warmup=bool(self.warmup[i]), send_ns=int(self.send_ns[i]), events=events,
+        for i, end in enumerate(ends):
+            log = RequestLog(
+                index=int(self.index[i]), warmup=bool(self.warmup[i]), send_ns=int(self.send_ns[i]),
                 ok=bool(self.ok[i]), error=self.error[i],
                 prompt_tokens=int(self.prompt_tokens[i]) if self.prompt_known[i] else None,
                 completion_tokens=int(self.completion_tokens[i]) if self.completion_known[i] else None,
                 tokens_from_text=bool(self.tokens_from_text[i]), input_len=int(self.input_len[i]),
                 output_len=int(self.output_len[i]), end_ns=int(self.end_ns[i]),
-                **({c: self.spec[c][i] for c in _SPEC_COLUMNS} if self.spec else {})))
+                **({c: self.spec[c][i] for c in _SPEC_COLUMNS} if self.spec else {}))
+            log.ev_t_ns, log.ev_tokens, log.ev_kind = self.t_ns[pos:end], self.tokens[pos:end], self.kind[pos:end]
+            pos = end
+            logs.append(log)
         return logs
 
 
@@ -205,8 +361,13 @@ def _optional(values: list) -> tuple[np.ndarray, np.ndarray]:
     return _i64([0 if v is None else v for v in values]), known
 
 
+def _concat(arrays: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    arrays = [a for a in arrays if len(a)]
+    return np.concatenate(arrays) if arrays else empty
+
+
 def columns_of(logs: list[RequestLog]) -> LogColumns:
-    """The LogColumns of `logs` (one pass over the events)."""
+    """The LogColumns of `logs` (the message columns concatenated; no object per message)."""
     prompt, prompt_known = _optional([log.prompt_tokens for log in logs])
     completion, completion_known = _optional([log.completion_tokens for log in logs])
     return LogColumns(
@@ -216,55 +377,110 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
         completion_tokens=completion, completion_known=completion_known,
         tokens_from_text=np.asarray([log.tokens_from_text for log in logs], dtype=bool),
         input_len=_i64([log.input_len for log in logs]), output_len=_i64([log.output_len for log in logs]),
-        end_ns=_i64([log.end_ns for log in logs]), n_events=_i64([len(log.events) for log in logs]),
-        t_ns=_i64([e.t_ns for log in logs for e in log.events]),
-        tokens=_i64([e.tokens for log in logs for e in log.events]),
-        kind=np.asarray([_KIND_CODE[e.kind] for log in logs for e in log.events], dtype=np.int8),
+        end_ns=_i64([log.end_ns for log in logs]), n_events=_i64([log.n_events for log in logs]),
+        t_ns=_concat([log.ev_t_ns for log in logs], _EMPTY_I64),
+        tokens=_concat([log.ev_tokens for log in logs], _EMPTY_I64),
+        kind=_concat([log.ev_kind for log in logs], _EMPTY_I8),
         spec=({c: [getattr(log, c) for log in logs] for c in _SPEC_COLUMNS}
               if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS) else None))
 
 
-def decode_columns(data: bytes) -> LogColumns:
-    """Decode bytes written by `encode_logs` into LogColumns (no object per event).
-
-    Raises ValueError naming the problem when the bytes are not zlib data, not JSON, of an
-    unknown format version, when a column is missing or has the wrong length, or an event kind
-    code is unknown.
-    """
+def _parse_v1(data: bytes) -> dict[str, Any]:
+    """The column document of a version-1 blob (zlib JSON), event columns as numpy arrays."""
     try:
         # msgspec parses the same JSON about 3x faster than the json module (recompute decodes
         # every stored run); it also rejects invalid UTF-8.
         doc = msgspec.json.decode(zlib.decompress(data))
     except (zlib.error, msgspec.DecodeError) as exc:
         raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
+    if not isinstance(doc, dict) or doc.get("v") != 1:
         version = doc.get("v") if isinstance(doc, dict) else None
-        raise ValueError(f"request logs: unsupported format version {version!r} (expected {FORMAT_VERSION})")
+        raise ValueError(f"request logs: unsupported format version {version!r} (expected 1 or {FORMAT_VERSION})")
     missing = [c for c in _COLUMNS if not isinstance(doc.get(c), list)]
     if missing:
         raise ValueError(f"request logs: missing column(s) {', '.join(missing)}")
+    n_ev = sum(doc["n_events"]) if all(isinstance(x, int) for x in doc["n_events"]) else -1
+    for c in _EVENT_COLUMNS:
+        if len(doc[c]) != n_ev:
+            raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n_ev}")
+    kinds = np.asarray(doc["ev_kind"]) if n_ev else _EMPTY_I8
+    if kinds.dtype.kind not in "iub":
+        j, code = next((j, c) for j, c in enumerate(doc["ev_kind"]) if not isinstance(c, int))
+        raise ValueError(f"request logs: request {_request_of(doc['n_events'], j)}: bad event kind code {code!r}")
+    doc["ev_dt_ns"], doc["ev_tokens"], doc["ev_kind"] = _i64(doc["ev_dt_ns"]), _i64(doc["ev_tokens"]), kinds
+    return doc
+
+
+def _parse_v2(data: bytes) -> dict[str, Any]:
+    """The column document of a version-2 blob (MAGIC + zstandard), event columns as numpy arrays."""
+    try:
+        raw = memoryview(zstandard.ZstdDecompressor().decompressobj().decompress(data[len(MAGIC):]))
+        (n_head,) = struct.unpack_from("<I", raw)
+        doc = msgspec.json.decode(raw[4:4 + n_head])
+    except (zstandard.ZstdError, struct.error, msgspec.DecodeError) as exc:
+        raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
+        version = doc.get("v") if isinstance(doc, dict) else None
+        raise ValueError(f"request logs: unsupported format version {version!r} (expected 1 or {FORMAT_VERSION})")
+    missing = [c for c in _REQUEST_COLUMNS if not isinstance(doc.get(c), list)]
+    if missing:
+        raise ValueError(f"request logs: missing column(s) {', '.join(missing)}")
+    try:
+        dtypes = {c: np.dtype(doc["dtypes"][c]) for c in _EVENT_COLUMNS}
+        block, n_ev = int(doc["block"]), int(doc["n_events_total"])
+        counts = _i64(doc["n_events"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"request logs: bad header ({exc!r})") from exc
+    if block < 1 or counts.sum() != n_ev or any(d.kind != "i" for d in dtypes.values()):
+        raise ValueError("request logs: bad header (block, event count or column types)")
+    need = 4 + n_head + n_ev * sum(d.itemsize for d in dtypes.values())
+    if len(raw) != need:
+        raise ValueError(f"request logs: {len(raw)} bytes of columns, expected {need}")
+    per_block = [int(counts[b:b + block].sum()) for b in range(0, len(counts), block)]
+    pos = 4 + n_head
+    for c in _EVENT_COLUMNS:
+        dtype, parts = dtypes[c], []
+        for count in per_block:
+            if count:
+                parts.append(_unshuffle(raw[pos:], count, dtype))
+                pos += count * dtype.itemsize
+        doc[c] = _concat(parts, np.zeros(0, dtype)).astype(np.int64 if c != "ev_kind" else np.int8)
+    return doc
+
+
+def _request_of(n_events: list, j: int) -> int:
+    return int(np.searchsorted(np.cumsum(n_events), j, side="right"))
+
+
+def decode_columns(data: bytes) -> LogColumns:
+    """Decode bytes written by `encode_logs` (version 2) or by the older `encode_logs_v1`
+    (version 1) into LogColumns (no object per event).
+
+    Raises ValueError naming the problem when the bytes are neither a zstandard blob with MAGIC
+    nor zlib JSON, of an unknown format version, when a column is missing or has the wrong
+    length, or an event kind code is unknown.
+    """
+    data = bytes(data)
+    doc = _parse_v2(data) if data.startswith(MAGIC) else _parse_v1(data)
     n = len(doc["index"])
-    for c in _COLUMNS[:12]:
+    for c in _REQUEST_COLUMNS:
         if len(doc[c]) != n:
             raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n}")
     n_events = _i64(doc["n_events"])
     n_ev = int(n_events.sum())
-    for c in ("ev_dt_ns", "ev_tokens", "ev_kind"):
-        if len(doc[c]) != n_ev:
-            raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n_ev}")
-    kinds = np.asarray(doc["ev_kind"]) if n_ev else np.zeros(0, np.int8)
-    if kinds.dtype.kind not in "iub" or (n_ev and (kinds.min() < 0 or kinds.max() >= len(KINDS))):
-        j, code = next((j, c) for j, c in enumerate(doc["ev_kind"])
-                       if not isinstance(c, int) or not 0 <= c < len(KINDS))
-        req = int(np.searchsorted(np.cumsum(n_events), j, side="right"))
-        raise ValueError(f"request logs: request {req}: bad event kind code {code!r}")
+    kinds = doc["ev_kind"]
+    if n_ev and (kinds.min() < 0 or kinds.max() >= len(KINDS)):
+        j = int(np.flatnonzero((kinds < 0) | (kinds >= len(KINDS)))[0])
+        req = _request_of(doc["n_events"], j)
+        raise ValueError(f"request logs: request {req}: bad event kind code {int(kinds[j])!r}")
     send = _i64(doc["send_ns"])
     # absolute times: each request's deltas summed from its send time (integers: exact)
-    dt = _i64(doc["ev_dt_ns"])
+    dt = doc["ev_dt_ns"]
     req_of = np.repeat(np.arange(n), n_events)
     cum = np.cumsum(dt)
     before = np.concatenate(([0], cum))[np.cumsum(n_events) - n_events]  # sum of earlier requests' deltas
-    t_ns = send[req_of] + cum - before[req_of] if n_ev else np.zeros(0, np.int64)
+    t_ns = send[req_of] + cum - before[req_of] if n_ev else _EMPTY_I64
+    del cum, req_of
     prompt, prompt_known = _optional(doc["prompt_tokens"])
     completion, completion_known = _optional(doc["completion_tokens"])
     spec = None
@@ -279,11 +495,12 @@ def decode_columns(data: bytes) -> LogColumns:
         prompt_known=prompt_known, completion_tokens=completion, completion_known=completion_known,
         tokens_from_text=np.asarray(doc["tokens_from_text"], dtype=bool), input_len=_i64(doc["input_len"]),
         output_len=_i64(doc["output_len"]), end_ns=send + _i64(doc["end_dns"]), n_events=n_events, t_ns=t_ns,
-        tokens=_i64(doc["ev_tokens"]), kind=kinds.astype(np.int8), spec=spec)
+        tokens=doc["ev_tokens"], kind=kinds.astype(np.int8), spec=spec)
 
 
 def decode_logs(data: bytes) -> list[RequestLog]:
-    """Decode bytes written by `encode_logs` back into the identical list of RequestLog.
+    """Decode bytes written by `encode_logs` (or `encode_logs_v1`) back into the identical list
+    of RequestLog.
 
     Raises ValueError as `decode_columns` does.
     """
