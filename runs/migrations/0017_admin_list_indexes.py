@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0013_lossless_outputs_and_verdicts'),
+        ('runs', '0016_gpu_specs_model_configs'),
     ]
 
     operations = [
