@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from benchkit.engines.server import ManagedServer
 from benchkit.hosts.teardown import SERVER_TAG_ENV, tagged_processes
+from benchkit.sweeps.sweepfile import loads_sweep
 from runs.models import GpuLease, Host, Run, RunState, RunTransition, Sweep
 from runs.services import execution, supervision
 from runs.services.transitions import transition
@@ -315,7 +316,8 @@ def test_allowlisted_overrides_are_stored_with_who_in_the_audit_trail(client):
     resp = client.post(reverse("admin:runs_sweep_create_from_yaml"), {"host": host.pk, "grid": _yaml(), "enqueue": ""})
     assert resp.status_code == 302, resp.content.decode()[-1500:]
     sweep = Sweep.objects.get()
-    assert sweep.created_by == "maker" and sweep.runs.count() == 8
+    planned = loads_sweep(_yaml()).n_runs()  # what the demo grid plans (15 today: 5 configs x 3 repeats)
+    assert sweep.created_by == "maker" and sweep.runs.count() == planned
     note = RunTransition.objects.filter(run__sweep=sweep).values_list("note", flat=True).first()
     assert note == ("created by maker (admin); server.env {'VLLM_CPU_KVCACHE_SPACE': '1'}; "
                     "extra args ['--gpu-memory-utilization', '0.2']")
