@@ -35,6 +35,8 @@ def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_
     # (drawn hollow); lifted here, where the plots of measured points are under test
     monkeypatch.setattr(verdicts, "MIN_WINDOW_S", 0.0)
     run = Run.objects.filter(sweep=measured_sweep, method="draft_model").get()  # no ORM inside playwright's loop
+    seen = [(r.method, r.metrics.median_tpot_ms, r.metrics.duration_s, r.metrics.completed, r.suspect_reasons)
+            for r in Run.objects.filter(sweep=measured_sweep).select_related("metrics").order_by("id")]
     errors: list[str] = []
     with chromium_page(chromium_path, errors) as page:
         page.goto(f"{live_server.url}/")
@@ -42,17 +44,23 @@ def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         assert page.locator("text=Demo model").count() >= 1
         (heat,) = page.evaluate("() => document.getElementById('fig-speedup').data.map("
-                                "t => ({x: t.x, y: t.y, z: t.z}))")
+                                "t => ({x: t.x, y: t.y, z: t.z, text: t.text}))")
         assert heat["x"] == ["TP1"] and heat["y"] == ["auto", "draft_model k=2"]  # one cell per configuration
-        assert heat["z"][0] == [1.0] and heat["z"][1][0] > 0  # measured against the matched auto run
-        # tau from vLLM's spec-decode counters beside the client's tokens per chunk
-        tau = page.evaluate("() => document.getElementById('fig-decomposition').data"
-                            ".filter(t => t.name && t.name.startsWith('τ')).map(t => t.y[0])")
-        assert tau and tau[0] >= 1.0
+        if heat["z"][0] == [None]:
+            # on 2 cores vLLM's API server can fall behind this tiny model and send every token of a
+            # request in its first message (median TPOT 0): then auto is a degenerate point, drawn
+            # hollow with the reason, and there is no decode speedup to draw (verdicts)
+            assert "excluded" in heat["text"][0][0], (heat, seen)
+        else:
+            assert heat["z"][0] == [1.0] and heat["z"][1][0] > 0, (heat, seen)  # against the matched auto run
+            # tau from vLLM's spec-decode counters beside the client's tokens per chunk
+            tau = page.evaluate("() => document.getElementById('fig-decomposition').data"
+                                ".filter(t => t.name && t.name.startsWith('τ')).map(t => t.y[0])")
+            assert tau and tau[0] >= 1.0
         # one TP degree and one concurrency level: these two say why instead of drawing empty axes
         assert "One TP degree only (TP1)" in page.locator("#fig-tp_scaling").inner_text()
         assert "One concurrency level only" in page.locator("#fig-tradeoff").inner_text()
-        assert page.locator(".js-plotly-plot").count() == 2
+        assert page.locator(".js-plotly-plot").count() == (2 if heat["z"][0] != [None] else 1)  # + decomposition
         page.goto(f"{live_server.url}/runs/{run.pk}/")
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
         assert page.locator(".js-plotly-plot").count() == 4  # TTFT, ITL, ICL, tokens per chunk
