@@ -212,7 +212,7 @@ def test_a_demo_sweep_with_no_counted_run_still_compiles(tmp_path):
     finish_run(make_run(sweep, "draft_model", k=4), ok=False, reason="server_start_failed")
     pdf = call_command_path(sweep, tmp_path)
     flat = squash(pdf_text(pdf))
-    assert "demo_sweep #1 & 100% {bad}" in flat and "demo model: random weights" in flat
+    assert "demo_sweep #1 & 100% {bad}" in flat and "demo model (tiny, trained locally)" in flat
     assert "No counted run yet: nothing to answer." in flat
     assert flat.count("server_start_failed") >= 2 and "draft_model k=4" in flat
 
@@ -263,6 +263,10 @@ def test_demo_shaped_sweep_report_reads_back_the_page_headline(tmp_path):
                                         ("ngram", 4, 2, 10.5)):
             finish_run(make_run(sweep, method, k=k, concurrency=conc), tokens_per_msg=per_msg, gap_ms=gap,
                        spec_decode={"acceptance_length": float(per_msg)})
+    # the demo's model paths sit in a deep var dir: a long path must break, not overrun the text
+    deep = "/tmp/pytest-of-root/pytest-105/models0"  # as a CI run had them: an overfull line without breaks
+    Run.objects.filter(sweep=sweep).update(model=f"{deep}/target")
+    Run.objects.filter(sweep=sweep).exclude(method="auto").update(drafter=f"{deep}/draft")
     pdf = call_command_path(sweep, tmp_path)
     flat = squash(pdf_text(pdf))
     inp = report.load_inputs(sweep)
@@ -272,4 +276,4 @@ def test_demo_shaped_sweep_report_reads_back_the_page_headline(tmp_path):
             sp = (v.winner or v.top).speedup
             assert f"At TP{row['tp']} and concurrency {conc}: {sp.label} " in flat
             assert f"end-to-end speedup {sp.value:.2f}× auto" in flat
-    assert "No GPUs: this host runs CPU servers only." in flat and "demo model: random weights" in flat
+    assert "No GPUs: this host runs CPU servers only." in flat and "demo model (tiny, trained locally)" in flat

@@ -21,6 +21,14 @@ def tex(value: Any) -> str:
 
 
 @register.filter
+def path(value: Any) -> str:
+    """`value` (a file path, a command or any text with long unbroken runs) as LaTeX text, as
+    `tex`, with a line-break point after every '/' and ',' so that a long path cannot overrun
+    the text width (an overfull box fails the report's log check)."""
+    return tex_escape(value).replace("/", "/\\allowbreak{}").replace(",", ",\\allowbreak{}")
+
+
+@register.filter
 def num(value: Any, digits: int = 2) -> str:
     """A number with `digits` decimals ("--" for None); anything else as text."""
     return fmt_num(value, int(digits))
