@@ -210,6 +210,11 @@ def test_a_demo_sweep_with_no_counted_run_still_compiles(tmp_path):
     sweep = make_sweep(name="demo_sweep #1 & 100% {bad}", is_demo=True)
     finish_run(make_run(sweep), ok=False, reason="server_start_failed")
     finish_run(make_run(sweep, "draft_model", k=4), ok=False, reason="server_start_failed")
+    # many long reasons (a loaded 2-core demo marks every run): the list breaks across pages, where
+    # a table of them was one box taller than a page (overfull \vbox: no PDF)
+    for i in range(30):
+        run = finish_run(make_run(sweep, "ngram", k=4, concurrency=i + 2), ok=False, reason="run_timeout")
+        Run.objects.filter(pk=run.pk).update(failure_message="the load client was not scheduled in time " * 5)
     pdf = call_command_path(sweep, tmp_path)
     flat = squash(pdf_text(pdf))
     assert "demo_sweep #1 & 100% {bad}" in flat and "demo model (tiny, trained locally)" in flat
