@@ -458,6 +458,7 @@ def build_report(inp: ReportInputs) -> dict[str, Any]:
         "sweep": inp.sweep, "baseline": sel.baseline, "headline": page["headline"],
         "answer": answer(page["headline"], by_run), "legend": page["legend"], "config_table": page["config_table"],
         "progress": page["progress_counts"], "n_counted": page["n_counted"],
+        "excluded_line": page.get("excluded_line") or "",
         "inconsistent_tps": page["inconsistent_tps"], "failures": inp.failures,
         "matrix": speedup_tables(figs["speedup"], inp.points, sel.baseline),
         "figures": figs, "figure_list": figure_list(figs, dashboard.SWEEP_FIGURES),
