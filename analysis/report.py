@@ -37,6 +37,7 @@ from typing import Any
 from benchkit.compare.lossless import LOSSLESS, MARK, SHORT, lossless_mark
 from benchkit.compare.speedups import relative_step_costs
 from benchkit.compare.stats import median
+from benchkit.compare.verdicts import Verdict
 from benchkit.methods import config_order, method_title
 from benchkit.point import SPEED_FIELD, Point
 
@@ -186,7 +187,7 @@ def _cell_parts(cell: Any) -> tuple[Any, Any, list[str]]:
     table: a verdicts.Verdict (its winner, else its fastest, with the verdict's sentence and the
     speedup it ranks by as notes), a (speedup, mark) pair, a bare Speedup, or a dict with
     "speedup"/"sp" and "mark" whose other text values (a tie, a sentence) become notes beside it."""
-    if hasattr(cell, "ranking") and hasattr(cell, "sentence"):  # benchkit.compare.verdicts.Verdict
+    if isinstance(cell, Verdict):
         top = cell.winner or cell.top
         if top is None:
             return None, None, [cell.sentence] if cell.sentence else []

@@ -191,22 +191,28 @@ def draftboard_errors(logs: Sequence[Any], prompts: Sequence[Any], records: Reco
     return out
 
 
-def vllm_errors(result: dict, prompts: Sequence[Any], records: Records) -> dict:
-    """`vllm bench serve --save-detailed` timing against the ground truth, same keys as
-    `draftboard_errors` (`late_ms` stays empty: vLLM keeps no absolute stamps). Its per-request
-    lists (`ttfts`, `itls`, `errors`) follow the dataset order, i.e. `prompts`."""
+def result_errors(result: dict, truths: Sequence[tuple[int, Sequence[int]] | None]) -> dict:
+    """A bench client's per-request timing (`ttfts` s, `itls` s lists, `errors`, as `vllm bench
+    serve --save-detailed` and SGLang's `--output-details` write them) against the ground truth of
+    each request, `truths[i]` for request i (None: the server served no such request, counted as
+    missing); same keys as `draftboard_errors` (`late_ms` stays empty: no absolute stamps)."""
     out = _new_errors()
     errors = result.get("errors") or [""] * len(result.get("ttfts", []))
-    for prompt, ttft_s, itls, err in zip(prompts, result.get("ttfts", []), result.get("itls", []), errors,
-                                         strict=False):
+    for truth, ttft_s, itls, err in zip(truths, result.get("ttfts", []), result.get("itls", []), errors,
+                                        strict=False):
         if err or not ttft_s:
             continue
-        truth = _truth(records, prompt.text)
         if truth is None:
             out["missing"] += 1
             continue
         _errors_one(ttft_s * 1000.0, [x * 1000.0 for x in itls], truth, out)
     return out
+
+
+def vllm_errors(result: dict, prompts: Sequence[Any], records: Records) -> dict:
+    """`vllm bench serve --save-detailed` timing against the ground truth (`result_errors`): its
+    per-request lists follow the dataset order, i.e. `prompts`."""
+    return result_errors(result, [_truth(records, p.text) for p in prompts])
 
 
 def server_late_ms(records: Records, ttft_ms: float, gap_ms: float) -> list[float]:

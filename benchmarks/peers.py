@@ -165,25 +165,12 @@ def echo_key(prompt_text: str) -> str:
 
 
 def sglang_errors(result: dict, records: dict) -> dict:
-    """An SGLang client's per-request TTFT and ITLs (s) against the ground truth, matched through
-    the echo key in each generated text; same keys as `_common.vllm_errors` (`late_ms` empty: no
-    absolute stamps)."""
-    from _common import _errors_one as errors_one
-    from _common import _new_errors as new_errors
+    """An SGLang client's per-request TTFT and ITLs (s) against the ground truth
+    (`_common.result_errors`), each request matched through the echo key in its generated text."""
+    from _common import result_errors
 
     by_key = {echo_key(prompt): recs[-1] for prompt, recs in records.items() if recs}
-    out = new_errors()
-    errs = result.get("errors") or [""] * len(result.get("ttfts", []))
-    for text, ttft_s, itls, err in zip(result.get("generated_texts", []), result.get("ttfts", []),
-                                       result.get("itls", []), errs, strict=False):
-        if err or not ttft_s:
-            continue
-        truth = by_key.get((text or "")[:10])
-        if truth is None:
-            out["missing"] += 1
-            continue
-        errors_one(ttft_s * 1000.0, [x * 1000.0 for x in itls], truth, out)
-    return out
+    return result_errors(result, [by_key.get((text or "")[:10]) for text in result.get("generated_texts", [])])
 
 
 def main(argv: list[str] | None = None) -> int:
