@@ -67,6 +67,10 @@ class ServerConfig:
     #: `twin` says how, or refuses: "no twin"). None: a real run. In `point_fields` only when set,
     #: so the keys of real runs are those stored before the field existed.
     acceptance_tau: float | None = None
+    #: CPUs (a Linux CPU list, e.g. "0") for the engine's busy processes; the API server gets the
+    #: host's others (benchkit.engines.cpus: why a 2-CPU host needs it with vLLM's CPU build).
+    #: "": the engine's own placement. In `point_fields` only when set, like `acceptance_tau`.
+    engine_cpus: str = ""
 
 
 @dataclass
@@ -141,13 +145,16 @@ class RunSpec:
         forbid sharing a server (engine, build, model, drafter, method, k, tree budget, TP,
         dtype, max_model_len, load format, prefix caching, extra args, env, endpoint), the
         workload (dataset, lengths, prompts, concurrency, rate, burstiness, ignore_eos,
-        temperature, seed) and the repeat index; a twin's pinned `acceptance_tau` when set.
+        temperature, seed) and the repeat index; a twin's pinned `acceptance_tau` and
+        `engine_cpus` when set.
         Not included: GPUs, port, limits, SLOs, warmup.
         Which fields: those declared with `_defines`."""
         s, w = self.server, self.workload
         server = {f: getattr(s, f) for f in _SERVER_POINT_FIELDS}
         if s.acceptance_tau is not None:  # a twin: pinned acceptance defines its measurement
             server["acceptance_tau"] = s.acceptance_tau
+        if s.engine_cpus:  # where the engine ran is part of what was measured
+            server["engine_cpus"] = s.engine_cpus
         return {
             "server": server,
             "workload": {f: getattr(w, f) for f in _WORKLOAD_POINT_FIELDS},

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from benchkit.engines import registry
 from benchkit.engines.capabilities import ContinuousUsage, RequestSpecMetrics, TokenIds, TwinChange
+from benchkit.engines.cpus import CpuPlacement, CpuPlacementError, parse_cpus
 from benchkit.engines.environment import (
     BuildEnv,
     Launch,
@@ -100,7 +101,9 @@ class EngineAdapter:
     `server_env` (variables its servers always get, e.g. what the cache reset needs),
     `result_tools` (benchkit.formats tool names whose runs are this engine's).
     Capabilities (benchkit.engines.capabilities; None: not available or not verified):
-    `token_ids`, `request_spec_metrics`, `continuous_usage`, and the method `acceptance_twin`.
+    `token_ids`, `request_spec_metrics`, `continuous_usage`, `cpu_placement` (how
+    `ServerConfig.engine_cpus` binds its busy processes, benchkit.engines.cpus), and the method
+    `acceptance_twin`.
     """
 
     name: ClassVar[str] = ""
@@ -117,6 +120,7 @@ class EngineAdapter:
     token_ids: ClassVar[TokenIds | None] = None
     request_spec_metrics: ClassVar[RequestSpecMetrics | None] = None
     continuous_usage: ClassVar[ContinuousUsage | None] = None
+    cpu_placement: ClassVar[CpuPlacement | None] = None
 
     def __init__(self, flags: dict[str, Any] | None = None):
         self.flags: dict[str, Any] = flags or {}
@@ -438,7 +442,9 @@ class EngineAdapter:
         `CUDA_VISIBLE_DEVICES` lists their UUIDs (indices where a UUID is empty), overriding
         any value in `server.env`; with none it is left alone; then the engine's `server_env`
         (e.g. vLLM's `VLLM_SERVER_DEV_MODE=1`, without which `POST /reset_prefix_cache` does not
-        exist) and, with `acceptance_tau` (needs `server`), the twin's variables (`twin`).
+        exist), with `server.engine_cpus` the engine's CPU-placement variables (`cpu_placement`;
+        EngineConfigError when the engine has none or the list is bad) and, with
+        `acceptance_tau` (needs `server`), the twin's variables (`twin`).
         """
         out = dict(base) if base is not None else {}
         if server is not None:
@@ -447,6 +453,15 @@ class EngineAdapter:
         if gpus:
             out["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid if g.uuid else str(g.index) for g in gpus)
         out.update(self.server_env)
+        if server is not None and server.engine_cpus:
+            if self.cpu_placement is None:
+                raise EngineConfigError(f"engine_cpus: engine {self.name!r} has no known way to bind its processes to "
+                                        "CPUs (only vLLM's CPU build has one here)")
+            try:
+                parse_cpus(server.engine_cpus)
+            except CpuPlacementError as exc:
+                raise EngineConfigError(str(exc)) from None
+            out.update(self.cpu_placement.server_env(server.engine_cpus))
         if acceptance_tau is not None:
             if server is None:
                 raise EngineConfigError("acceptance_tau: the twin's environment needs the server configuration")

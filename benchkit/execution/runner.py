@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
-from benchkit.engines import adapters, environment
+from benchkit.engines import adapters, cpus, environment
 from benchkit.engines.server import ManagedServer, ServerStartError, wait_for_urls
 from benchkit.execution.outcome import RunOutcome
 from benchkit.hosts import preflight
@@ -106,6 +106,16 @@ def _kernel_free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _place_cpus(server: ManagedServer, engine_cpus: str, adapter: adapters.EngineAdapter) -> dict[str, Any]:
+    """Bind the ready server's processes (benchkit.engines.cpus.place) and return the record the
+    run keeps in its provenance; a process tree that cannot be read gives {"error": why}
+    instead (the run goes on with the engine's own placement, and says so)."""
+    try:
+        return cpus.place(server.pid, engine_cpus, adapter.cpu_placement)
+    except (psutil.Error, OSError, cpus.CpuPlacementError) as exc:
+        return {"engine_cpus": engine_cpus, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def _check_listener(server: ManagedServer, port: int) -> None:
@@ -265,6 +275,10 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             ready_s = server.wait_ready(adapter.ready_urls(base_url), first.limits.ready_timeout_s)
             if launch is not None and not launch.container_name:  # a container's listener is not in the group
                 _check_listener(server, launch.port)
+                if s.engine_cpus and adapter.cpu_placement is not None:
+                    placed = _place_cpus(server, s.engine_cpus, adapter)
+                    for out in outs:
+                        out.provenance["cpu_placement"] = placed
         else:  # someone else's server: nothing to start, but it must answer before any load
             ready_s = wait_for_urls(adapter.ready_urls(base_url), first.limits.ready_timeout_s,
                                     where=f"external endpoint {base_url}")

@@ -12,7 +12,7 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     drafter: /models/...-DFlash      # default drafter of the methods that need one
     port: 30000                      # pin the server's port (else a free one is chosen at run time)
     server: {dtype, max_model_len, load_format, served_model_name, prefix_caching,
-             extra_args, env, endpoint_url, is_demo_model}
+             extra_args, env, endpoint_url, is_demo_model, engine_cpus}
     grid:
       tp: [1, 4, 8]
       methods:                       # method variants; lists inside a variant expand
@@ -85,6 +85,7 @@ from benchkit.configfile import (
     yaml_problem,
 )
 from benchkit.engines.adapters import EngineConfigError, adapter_for
+from benchkit.engines.cpus import parse_cpus
 from benchkit.engines.demo_models import is_demo_model
 from benchkit.engines.registry import EngineName, is_launched
 from benchkit.hosts import HOST_NAME_RE, telemetry
@@ -203,6 +204,12 @@ def _env(value: Any) -> Any:
     return value
 
 
+def _cpu_list(value: str) -> str:
+    if value:
+        parse_cpus(value, allowed=set(range(1 << 16)))  # syntax here; the host's CPUs at launch
+    return value
+
+
 class ServerSection(StrictModel):
     """`server:` defaults for every run's ServerConfig (benchkit.specs)."""
 
@@ -215,6 +222,7 @@ class ServerSection(StrictModel):
     env: Annotated[dict[str, str], BeforeValidator(_env)] = Field(default_factory=dict)
     endpoint_url: str = ""
     is_demo_model: bool = False
+    engine_cpus: Annotated[str, AfterValidator(_cpu_list)] = ""
 
 
 class TwinSection(StrictModel):
@@ -382,6 +390,9 @@ class SweepFile(StrictModel):
         if twins and not _engine_can_twin(self.engine):
             raise FieldProblem(twins[0], f"engine {self.engine!r} has no way to force acceptance: no twin "
                                          "(benchkit.engines.registry: vLLM, SGLang have one)")
+        if self.server.engine_cpus and adapter_for(self.engine).cpu_placement is None:
+            raise FieldProblem(("server", "engine_cpus"), f"engine {self.engine!r} has no known way to bind its "
+                                                          "processes to CPUs (vLLM's CPU build has one)")
         for tp, indices in self.gpus.items():
             if tp not in self.grid.tp:
                 raise FieldProblem(("gpus", tp), f"{tp} is not a TP degree of grid.tp {self.grid.tp}")

@@ -43,6 +43,12 @@ Capabilities (benchkit.engines.capabilities), same source:
   `should_include_usage`). Cost: completion/serving.py builds one UsageInfo per message from
   counts it already holds (no tokenizer or engine work), about 70 bytes more JSON per message;
   not measured here.
+- (e) CPU placement (CPU build): `VLLM_CPU_OMP_THREADS_BIND` (a CPU list: the model worker's
+  OpenMP threads) and `VLLM_CPU_NUM_OF_RESERVED_CPU` (envs.py; utils/ompmultiprocessing.py
+  `OMPProcessManager`, which otherwise reserves a core for the scheduler process and binds the
+  worker to the rest); the busy processes are titled `VLLM::EngineCore` and `VLLM::Worker`
+  (setproctitle; Linux `comm` keeps 15 characters). benchkit.engines.cpus says why a 2-CPU host
+  needs the EngineCore bound too.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from typing import Any, ClassVar
 
 from benchkit.engines.adapters import EngineAdapter
 from benchkit.engines.capabilities import ContinuousUsage, RequestSpecMetrics, TokenIds, TwinChange
+from benchkit.engines.cpus import CpuPlacement
 from benchkit.measure.counters import MetricsPage, ScrapeError, SpecCounters
 
 NUM_DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -91,6 +98,12 @@ class Vllm(EngineAdapter):
              "about 70 bytes more JSON per message (not measured here)",
         source="vllm/entrypoints/serve/utils/api_utils.py should_include_usage; "
                "vllm/entrypoints/openai/completion/serving.py")
+
+    cpu_placement: ClassVar[CpuPlacement | None] = CpuPlacement(
+        env={"VLLM_CPU_OMP_THREADS_BIND": "{cpus}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+        busy_names=("VLLM::EngineCor", "VLLM::Worker"),
+        source="vllm/envs.py VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU; "
+               "vllm/utils/ompmultiprocessing.py; process titles VLLM::EngineCore, VLLM::Worker")
 
     def speculative_config_args(self, spec: dict[str, Any], method: str) -> list[str]:
         """`--speculative-config JSON` (keys sorted, no spaces: the same config gives the same
