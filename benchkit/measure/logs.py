@@ -7,7 +7,8 @@ relative to each other within one process run).
 
 In memory a request's messages are three numpy columns (`RequestLog.ev_t_ns`, `.ev_tokens`,
 `.ev_kind`), not an object per message: a 10 000 x 2 000-token run is 20 M messages, which as
-Python objects took 5 GB (issue 22); as columns it is 17 bytes per message. `RequestLog.events`
+Python objects took 5 GB (issue 22); as columns it is 17 bytes per message. The metrics walk
+them in chunks of requests (`LogChunks`; a stored blob is decoded one chunk at a time). `RequestLog.events`
 still gives MessageEvent objects, built on each access, for code that wants them.
 
 Stored form (`encode_logs`, FORMAT_VERSION 2): `MAGIC` then one zstandard frame holding a JSON

@@ -1,6 +1,8 @@
 """Per-request and per-run metrics, exactly as docs/MEASUREMENT.md defines them.
 
-Pure functions of `benchkit.measure.logs.RequestLog` lists plus the run window, so old runs can be
+Pure functions of `benchkit.measure.logs.RequestLog` lists (or their columns, or their chunks:
+`LogChunks`, walked one chunk of requests at a time so that a big run's figures need memory for
+one sample array, not for every message's objects) plus the run window, so old runs can be
 recomputed after a formula fix. Names and units:
 
 - TTFT (ms): first message carrying >= 1 output token (reasoning counts) minus send time.
@@ -656,7 +658,7 @@ def _measured(logs: list[RequestLog]) -> list[RequestLog]:
 
 
 def compute_run_metrics(
-    logs: list[RequestLog] | LogColumns,
+    logs: list[RequestLog] | LogColumns | LogChunks,
     window_start_ns: int,
     window_end_ns: int,
     slo: dict[str, float] | None = None,
@@ -664,7 +666,8 @@ def compute_run_metrics(
     """Compute `WindowMetrics` for the measured window [window_start_ns, window_end_ns] (ns),
     without the speculative-decoding fields (those come from the server's counters; see
     `WindowMetrics.with_spec_decode`). `logs`: RequestLogs, or their columns
-    (benchkit.measure.logs.decode_columns, which builds no object per event).
+    (benchkit.measure.logs.decode_columns, which builds no object per event), or their chunks
+    (benchkit.measure.logs.LogChunks, e.g. `LogChunks.decode(blob)`).
 
     Warmup logs are ignored. Throughputs divide by the window length in seconds (0.0 for an
     empty window); error_rate is 0.0 for a window without measured requests. Peak output tok/s:
@@ -676,11 +679,19 @@ def compute_run_metrics(
     return measure_window(logs, window_start_ns, window_end_ns, slo, cap=None)[0]
 
 
-def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, window_end_ns: int,
+def measure_window(logs: list[RequestLog] | LogColumns | LogChunks, window_start_ns: int, window_end_ns: int,
                    slo: dict[str, float] | None = None,
                    cap: int | None = DISTRIBUTION_CAP) -> tuple[WindowMetrics, dict[str, list[float]]]:
     """(`compute_run_metrics`, `distributions`) of the same logs, each request computed once
-    (what recompute uses). With `cap` None the distributions are not built ({} instead)."""
+    (what recompute uses). With `cap` None the distributions are not built ({} instead).
+
+    Memory (issue 22): the logs are walked in chunks of requests (LogChunks, about
+    logs.CHUNK_EVENTS messages each), so the scratch memory is one chunk plus ONE float64 array of
+    the run's ITL samples (8 bytes per output token), then one of its ICL samples (8 bytes per
+    message), never both, and no per-message Python object or list: a 10 000 x 2 000-token run
+    peaks at about 0.2 GB above the logs themselves. Each sample array is walked twice (once for
+    the mean and the in-place std, once for the percentiles); the figures are bit for bit those of
+    the whole-run arrays (same values, same order, the same numpy reductions)."""
     if window_end_ns < window_start_ns:
         raise ValueError(f"window ends ({window_end_ns} ns) before it starts ({window_start_ns} ns)")
     if slo:
@@ -781,7 +792,8 @@ def _cap(values: np.ndarray, cap: int) -> list[float]:
     return ordered[idx].tolist()
 
 
-def distributions(logs: list[RequestLog] | LogColumns, cap: int = DISTRIBUTION_CAP) -> dict[str, list[float]]:
+def distributions(logs: list[RequestLog] | LogColumns | LogChunks,
+                  cap: int = DISTRIBUTION_CAP) -> dict[str, list[float]]:
     """Per-run sample lists for the run page's histograms, over completed measured requests.
 
     Returns {"ttft_ms": [...] (one per request), "itl_ms": [...] (one per token, ms/token),
@@ -797,8 +809,9 @@ def distributions(logs: list[RequestLog] | LogColumns, cap: int = DISTRIBUTION_C
 def measure_encoded(data: bytes, window_start_ns: int, window_end_ns: int, slo: dict[str, float] | None = None,
                     cap: int = DISTRIBUTION_CAP) -> tuple[WindowMetrics, dict[str, list[float]]]:
     """`measure_window` of an encoded log blob (benchkit.measure.logs.encode_logs), decoded into
-    columns: what recomputing a stored run costs, as one picklable call for a worker process.
-    Raises ValueError for a blob decode_columns refuses."""
+    columns chunk by chunk (LogChunks.decode: a version-2 blob is never decoded whole; a
+    version-1 blob is): what recomputing a stored run costs, as one picklable call for a worker
+    process. Raises ValueError for a blob decode_columns refuses."""
     return measure_window(LogChunks.decode(data), window_start_ns, window_end_ns, slo, cap)
 
 
@@ -811,7 +824,7 @@ def measure_encoded_batch(items: list[tuple[bytes, int, int, dict[str, float] | 
 
 
 
-def coalesced_share(logs: list[RequestLog] | LogColumns, gap_ms: float = COALESCED_GAP_MS) -> float | None:
+def coalesced_share(logs: list[RequestLog] | LogColumns | LogChunks, gap_ms: float = COALESCED_GAP_MS) -> float | None:
     """Share (0..1) of the ICL gaps (between consecutive token-carrying messages of completed,
     measured requests) shorter than `gap_ms` (ms, default 0.1): how often several messages
     arrived in one read. None when there are no gaps (every request had one message).
@@ -822,7 +835,7 @@ def coalesced_share(logs: list[RequestLog] | LogColumns, gap_ms: float = COALESC
     return sc.n_coalesced / sc.n_decode if sc.n_decode else None
 
 
-def mean_decode_tokens_per_chunk(logs: list[RequestLog] | LogColumns) -> float | None:
+def mean_decode_tokens_per_chunk(logs: list[RequestLog] | LogColumns | LogChunks) -> float | None:
     """The client's estimate of acceptance length tau (tokens per target step): the mean tokens
     per token-carrying message over completed, measured requests, leaving out each request's
     FIRST message, which comes from prefill (one token, no draft step). Keeping it, as
