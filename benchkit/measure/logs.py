@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -407,10 +408,17 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
 def _parse_v1(data: bytes) -> dict[str, Any]:
     """The column document of a version-1 blob (zlib JSON), event columns as numpy arrays."""
     try:
+        text = zlib.decompress(data)
+    except zlib.error as exc:
+        raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
+    fast = _parse_v1_columns(text)
+    if fast is not None:
+        return fast
+    try:
         # msgspec parses the same JSON about 3x faster than the json module (recompute decodes
         # every stored run); it also rejects invalid UTF-8.
-        doc = msgspec.json.decode(zlib.decompress(data))
-    except (zlib.error, msgspec.DecodeError) as exc:
+        doc = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
         raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("v") != 1:
         version = doc.get("v") if isinstance(doc, dict) else None
@@ -427,6 +435,59 @@ def _parse_v1(data: bytes) -> dict[str, Any]:
         j, code = next((j, c) for j, c in enumerate(doc["ev_kind"]) if not isinstance(c, int))
         raise ValueError(f"request logs: request {_request_of(doc['n_events'], j)}: bad event kind code {code!r}")
     doc["ev_dt_ns"], doc["ev_tokens"], doc["ev_kind"] = _i64(doc["ev_dt_ns"]), _i64(doc["ev_tokens"]), kinds
+    return doc
+
+
+_INT_TEXT = b"0123456789-, \t\n\r"
+_I64 = np.iinfo(np.int64)
+
+
+def _int_column(raw: msgspec.Raw) -> np.ndarray | None:
+    """A JSON array of integers parsed straight into int64 (no Python int per value); None when
+    it is anything else (then the full parse gives the same values or the same error)."""
+    text = bytes(raw).strip()
+    if not (text.startswith(b"[") and text.endswith(b"]")):
+        return None
+    inner = text[1:-1].strip()
+    del text
+    if not inner:
+        return _EMPTY_I64
+    if inner.translate(None, _INT_TEXT) or b",," in inner or inner.startswith(b",") or inner.endswith(b","):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            values = np.fromstring(inner, dtype=np.int64, sep=",")
+    except (ValueError, DeprecationWarning):
+        return None
+    if values.size != inner.count(b",") + 1 or (values.size and (values.max() == _I64.max or values.min() == _I64.min)):
+        return None  # unparsed text, or a value outside int64 (saturated): the full parse decides
+    return values
+
+
+def _parse_v1_columns(text: bytes) -> dict[str, Any] | None:
+    """`_parse_v1` of a well-formed version-1 document with its per-message columns parsed
+    straight into numpy (a 20 M-message run's lists of Python ints took gigabytes); None for any
+    document this does not vouch for (the full parse then gives its figures or its error)."""
+    try:
+        raw = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+        doc = {k: msgspec.json.decode(v) for k, v in raw.items() if k not in _EVENT_COLUMNS}
+    except msgspec.DecodeError:
+        return None
+    if doc.get("v") != 1 or any(c not in raw for c in _EVENT_COLUMNS):
+        return None
+    if any(not isinstance(doc.get(c), list) for c in _REQUEST_COLUMNS):
+        return None
+    if not all(type(x) is int for x in doc["n_events"]):
+        return None
+    n_ev = sum(doc["n_events"])
+    for c in _EVENT_COLUMNS:
+        values = _int_column(raw.pop(c))
+        if values is None or len(values) != n_ev:
+            return None
+        doc[c] = values
+    if not n_ev:
+        doc["ev_kind"] = _EMPTY_I8
     return doc
 
 
@@ -551,6 +612,12 @@ def _spans(counts: Any, max_events: int) -> list[tuple[int, int]]:
     return spans
 
 
+def _request_slice(req: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Requests [a, b) of `_request_part`'s fields."""
+    return {f: (v[a:b] if f != "spec" else ({c: x[a:b] for c, x in v.items()} if v else None))
+            for f, v in req.items()}
+
+
 class LogChunks:
     """A run's request logs walked in chunks of consecutive requests, in order, each chunk a
     LogColumns of at most about `max_events` messages (default CHUNK_EVENTS; a request with
@@ -560,14 +627,16 @@ class LogChunks:
     `LogChunks(logs)`: RequestLogs (each chunk's message columns are copied when it is reached)
     or LogColumns (chunks are views). `LogChunks.decode(data)`: an encoded blob; a version-2 blob
     is decompressed once (about 6 bytes per message here) and each chunk's messages are decoded
-    when it is reached, so the run's messages are never held as int64 columns; a version-1 blob
-    is decoded whole (decode_columns). Raises ValueError as decode_columns does (a bad kind code
-    when its chunk is reached).
+    when it is reached, so the run's messages are never held as int64 columns; a version-1 blob's
+    columns are parsed whole (straight into numpy where the JSON is plain integer arrays) and
+    each chunk's absolute times computed when it is reached. Raises ValueError as decode_columns
+    does (for a version-2 blob, a bad kind code when its chunk is reached).
     """
 
     def __init__(self, logs: list[RequestLog] | LogColumns, max_events: int | None = None):
         self._logs: list[RequestLog] | LogColumns | None = logs
         self._blob: tuple | None = None
+        self._v1: tuple | None = None
         counts = logs.n_events if isinstance(logs, LogColumns) else [log.n_events for log in logs]
         self._n = len(counts)
         self.spans = _spans(counts, max_events or CHUNK_EVENTS)
@@ -575,12 +644,20 @@ class LogChunks:
     @classmethod
     def decode(cls, data: bytes, max_events: int | None = None) -> LogChunks:
         """The chunks of an encoded blob (`encode_logs` or `encode_logs_v1`); see the class docstring."""
-        if not bytes(data[:len(MAGIC)]) == MAGIC:
-            return cls(decode_columns(data), max_events)
+        self = cls.__new__(cls)
+        self._logs, self._blob, self._v1 = None, None, None
+        if not bytes(data[:len(MAGIC)]) == MAGIC:  # version 1: the columns at once, times made absolute per chunk
+            doc = _parse_v1(bytes(data))
+            req = _request_part(doc)
+            _check_kinds(doc["ev_kind"], doc["n_events"])
+            self._n = len(req["index"])
+            self.spans = _spans(req["n_events"], max_events or CHUNK_EVENTS)
+            ends = np.concatenate(([0], np.cumsum(req["n_events"]))).tolist()
+            self._v1 = (req, doc["ev_dt_ns"], doc["ev_tokens"], doc["ev_kind"].astype(np.int8), ends)
+            return self
         doc, raw, dtypes, block, counts, pos = _open_v2(data)
         req = _request_part(doc)
-        self = cls.__new__(cls)
-        self._logs, self._n = None, len(counts)
+        self._n = len(counts)
         block_counts = [int(counts[b:b + block].sum()) for b in range(0, len(counts), block)]
         ev_before = np.concatenate(([0], np.cumsum(block_counts))).astype(np.int64).tolist()
         bases, at = {}, pos
@@ -601,6 +678,14 @@ class LogChunks:
             for a, b, k0, k1 in self.spans:
                 yield self._decode_span(a, b, k0, k1)
             return
+        if self._v1 is not None:
+            req, dt, tokens, kinds, ends = self._v1
+            for a, b in self.spans:
+                part = _request_slice(req, a, b)
+                e0, e1 = ends[a], ends[b]
+                yield LogColumns(**part, t_ns=_absolute(dt[e0:e1], part["send_ns"], part["n_events"]),
+                                 tokens=tokens[e0:e1], kind=kinds[e0:e1])
+            return
         logs = self._logs
         for a, b in self.spans:
             yield logs.slice(a, b) if isinstance(logs, LogColumns) else columns_of(logs[a:b])
@@ -616,8 +701,7 @@ class LogChunks:
                     parts.append(_unshuffle(raw[at:], block_counts[k], dtype))
             cols[c] = _concat(parts, np.zeros(0, dtype)).astype(np.int64 if c != "ev_kind" else np.int8)
         _check_kinds(cols["ev_kind"], counts, ev_before[k0])
-        part = {f: (v[a:b] if f != "spec" else ({c: x[a:b] for c, x in v.items()} if v else None))
-                for f, v in req.items()}
+        part = _request_slice(req, a, b)
         return LogColumns(**part, t_ns=_absolute(cols["ev_dt_ns"], part["send_ns"], part["n_events"]),
                           tokens=cols["ev_tokens"], kind=cols["ev_kind"])
 
