@@ -38,7 +38,7 @@ derived from it. Adding a metric is one field here plus a migration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -470,8 +470,32 @@ def _requests(c: LogColumns) -> _Requests:
                      first=first, gap_ms=gap_ms)
 
 
-def _chunks(logs: list[RequestLog] | LogColumns | LogChunks) -> LogChunks:
-    return logs if isinstance(logs, LogChunks) else LogChunks(logs)
+class _Walk:
+    """The chunks of a run with each chunk's `_Requests`, walked as often as needed: a run of one
+    chunk (every small run) keeps its `_Requests`, so each request is computed once; a bigger run
+    recomputes each chunk's on every walk (memory is bounded by one chunk, not the run)."""
+
+    def __init__(self, logs: list[RequestLog] | LogColumns | LogChunks):
+        self.chunks = logs if isinstance(logs, LogChunks) else LogChunks(logs)
+        self._kept: list[tuple[LogColumns, _Requests]] | None = None
+
+    def __iter__(self) -> Iterator[tuple[LogColumns, _Requests]]:
+        if self._kept is not None:
+            yield from self._kept
+            return
+        one = len(self.chunks.spans) <= 1
+        kept = []
+        for c in self.chunks:
+            r = _requests(c)
+            if one:
+                kept.append((c, r))
+            yield c, r
+        if one:
+            self._kept = kept
+
+
+def _chunks(logs: list[RequestLog] | LogColumns | LogChunks) -> _Walk:
+    return logs if isinstance(logs, _Walk) else _Walk(logs)
 
 
 @dataclass
@@ -502,13 +526,12 @@ class _Scan:
     spec_histograms: list = field(default_factory=list)
 
 
-def _scan(chunks: LogChunks, window_start_ns: int, slo: dict[str, float] | None, cap: int | None,
+def _scan(chunks: _Walk, window_start_ns: int, slo: dict[str, float] | None, cap: int | None,
           gap_ms: float = COALESCED_GAP_MS) -> _Scan:
     """One walk over the chunks: every figure of measure_window but the ITL / ICL samples.
     Requests are independent, so each chunk's per-request figures are those of the whole run."""
     s = _Scan()
-    for c in chunks:
-        r = _requests(c)
+    for c, r in chunks:
         done = r.measured & r.completed
         s.n_measured += int(r.measured.sum())
         s.n_done += int(done.sum())
@@ -554,12 +577,11 @@ def _scan(chunks: LogChunks, window_start_ns: int, slo: dict[str, float] | None,
     return s
 
 
-def _fill(chunks: LogChunks, metric: str, out: np.ndarray) -> None:
+def _fill(chunks: _Walk, metric: str, out: np.ndarray) -> None:
     """Write the `metric` ("itl" or "icl") samples of the completed measured requests into `out`
     (exactly as many), in request order then message order: the order the whole-run arrays had."""
     pos = 0
-    for c in chunks:
-        r = _requests(c)
+    for _, r in chunks:
         done_msgs = (r.measured & r.completed)[r.msg_req]
         values = r.itl_of(done_msgs) if metric == "itl" else r.gap_ms[done_msgs & ~r.first]
         out[pos:pos + values.size] = values
@@ -579,7 +601,7 @@ def _std_in_place(arr: np.ndarray) -> float:
     return float(np.sqrt(np.add.reduce(arr) / n))
 
 
-def _sample_stats(chunks: LogChunks, metric: str, count: int,
+def _sample_stats(chunks: _Walk, metric: str, count: int,
                   cap: int | None) -> tuple[dict[str, float] | None, list[float] | None]:
     """(latency_stats, the capped distribution or None without `cap`) of the `count` ITL or ICL
     samples, with one float64 array of `count` values as the only memory of the run's size:
