@@ -711,9 +711,11 @@ def measure_window(logs: list[RequestLog] | LogColumns | LogChunks, window_start
     logs.CHUNK_EVENTS messages each), so the scratch memory is one chunk plus ONE float64 array of
     the run's ITL samples (8 bytes per output token), then one of its ICL samples (8 bytes per
     message), never both, and no per-message Python object or list: a 10 000 x 2 000-token run
-    peaks at about 0.2 GB above the logs themselves. Each sample array is walked twice (once for
-    the mean and the in-place std, once for the percentiles); the figures are bit for bit those of
-    the whole-run arrays (same values, same order, the same numpy reductions)."""
+    peaks at about 0.2 GB above the logs themselves. Each sample array is filled twice (once for
+    the mean and the in-place std, once for the percentiles), so a run of several chunks is walked
+    five times; a run of one chunk (every small run) keeps its per-request figures and computes
+    each request once. The figures are bit for bit those of the whole-run arrays (same values,
+    same order, the same numpy reductions)."""
     if window_end_ns < window_start_ns:
         raise ValueError(f"window ends ({window_end_ns} ns) before it starts ({window_start_ns} ns)")
     if slo:
