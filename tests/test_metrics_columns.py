@@ -89,3 +89,59 @@ def test_small_distributions_are_capped_like_the_reference():
             for i in range(3)]
     assert metrics.distributions(logs, cap=7) == ref.distributions(logs, cap=7)
     assert len(metrics.distributions(logs, cap=7)["itl_ms"]) == 7
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs=request_logs(), start_ms=st.integers(0, 400), length_ms=st.integers(0, 900), slo=slos,
+       max_events=st.integers(1, 15), block=st.integers(1, 4))
+def test_chunked_walks_equal_the_reference(logs, start_ms, length_ms, slo, max_events, block):
+    """Issue 22: the metrics walk the logs in chunks of requests (LogChunks); any chunk size, from
+    RequestLogs, LogColumns or a blob decoded block by block, gives the whole-run figures."""
+    import pytest
+
+    from benchkit.measure import logs as logs_mod
+
+    start, end = start_ms * MS, (start_ms + length_ms) * MS
+    want = ref.compute_run_metrics(logs, start, end, slo), ref.distributions(logs, cap=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(logs_mod, "_BLOCK_REQUESTS", block)
+        blob = encode_logs(logs)
+        mp.setattr(logs_mod, "CHUNK_EVENTS", max_events)
+        for source in (logs, columns_of(logs), logs_mod.LogChunks.decode(blob)):
+            window, dist = metrics.measure_window(source, start, end, slo, cap=5)
+            assert window == want[0]
+            assert dist == want[1]
+        got = metrics.measure_encoded(encode_logs_v1(logs), start, end, slo, cap=5)
+        assert got == (want[0], want[1])
+        assert metrics.coalesced_share(logs) == ref.coalesced_share(logs)
+        assert metrics.mean_decode_tokens_per_chunk(logs) == ref.mean_decode_tokens_per_chunk(logs)
+
+
+def test_long_runs_in_chunks_give_the_whole_run_figures_exactly():
+    """Thousands of samples (numpy's pairwise sums then depend on the order and the split), walked
+    in small chunks: every figure and distribution equals the whole-run reference bit for bit."""
+    import numpy as np
+    import pytest
+
+    from benchkit.measure import logs as logs_mod
+
+    rng = np.random.default_rng(5)
+    logs = []
+    for i in range(9):
+        n = int(rng.integers(1, 3000))
+        t = 10**9 * i + np.cumsum(rng.exponential(12 * MS, n).astype(np.int64) + 1)
+        toks = rng.integers(0, 4, n)
+        log = RequestLog(index=i, warmup=i == 0, send_ns=10**9 * i, completion_tokens=int(toks.sum()),
+                         prompt_tokens=100, end_ns=int(t[-1]) + 5)
+        log.set_columns(t, toks, rng.integers(0, 3, n).astype(np.int8))
+        logs.append(log)
+    start, end = 10**9, 10**9 * 12 + 10**11
+    slo = {"ttft_ms": 30.0, "itl_ms": 12.0}
+    want = ref.compute_run_metrics(logs, start, end, slo), ref.distributions(logs, cap=50)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(logs_mod, "_BLOCK_REQUESTS", 2)
+        blob = encode_logs(logs)
+        mp.setattr(logs_mod, "CHUNK_EVENTS", 2500)
+        assert metrics.measure_window(logs, start, end, slo, cap=50) == want
+        assert metrics.measure_encoded(blob, start, end, slo, cap=50) == want
+    assert metrics.measure_encoded(encode_logs(logs), start, end, slo, cap=50) == want

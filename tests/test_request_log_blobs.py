@@ -10,6 +10,7 @@ import struct
 from array import array
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 import zstandard
@@ -39,6 +40,38 @@ def test_version1_blobs_written_before_issue_22_decode_exactly(spec):
     assert decode_logs(blob) == logs
     assert encode_logs_v1(logs) == blob  # the kept v1 writer is byte for byte the old one
     assert (decode_columns(blob).spec is None) is (not spec)
+
+
+@pytest.mark.parametrize("spec", [False, True])
+def test_version1_columns_are_parsed_straight_into_numpy(spec):
+    """Issue 22: a version-1 blob's message columns are read without a Python int per value, and
+    give the same document as the full parse; a document that is not plain integer arrays takes
+    the full parse (same figures, same errors)."""
+    import json
+    import zlib
+
+    from benchkit.measure import logs as logs_mod
+
+    blob = (FIXTURES / f"v1_{'spec' if spec else 'plain'}.bin").read_bytes()
+    text = zlib.decompress(blob)
+    fast = logs_mod._parse_v1_columns(text)
+    assert fast is not None
+    full = msgspec.json.decode(text)
+    for c in ("ev_dt_ns", "ev_tokens", "ev_kind"):
+        assert fast[c].dtype == np.int64 and fast[c].tolist() == full[c]
+    assert {k: v for k, v in fast.items() if not k.startswith("ev_")} == {
+        k: v for k, v in full.items() if not k.startswith("ev_")}
+    doc = json.loads(text)
+    doc["ev_dt_ns"][0] = float(doc["ev_dt_ns"][0])  # 1e6-style values: numpy casts them, as before
+    odd = json.dumps(doc).encode()
+    assert logs_mod._parse_v1_columns(odd) is None
+    assert decode_logs(zlib.compress(odd)) == decode_logs(blob)
+    doc["ev_kind"][3] = "content"
+    with pytest.raises(ValueError, match="bad event kind code 'content'"):
+        decode_logs(zlib.compress(json.dumps(doc).encode()))
+    assert logs_mod.LogChunks.decode(blob, max_events=7) is not None
+    assert [c for chunk in logs_mod.LogChunks.decode(blob, max_events=7) for c in chunk.t_ns.tolist()] == \
+        decode_columns(blob).t_ns.tolist()
 
 
 @pytest.mark.parametrize("spec", [False, True])

@@ -7,7 +7,8 @@ relative to each other within one process run).
 
 In memory a request's messages are three numpy columns (`RequestLog.ev_t_ns`, `.ev_tokens`,
 `.ev_kind`), not an object per message: a 10 000 x 2 000-token run is 20 M messages, which as
-Python objects took 5 GB (issue 22); as columns it is 17 bytes per message. `RequestLog.events`
+Python objects took 5 GB (issue 22); as columns it is 17 bytes per message. The metrics walk
+them in chunks of requests (`LogChunks`; a stored blob is decoded one chunk at a time). `RequestLog.events`
 still gives MessageEvent objects, built on each access, for code that wants them.
 
 Stored form (`encode_logs`, FORMAT_VERSION 2): `MAGIC` then one zstandard frame holding a JSON
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +47,9 @@ MAGIC = b"DBRL\x02"
 ZSTD_LEVEL = 9
 #: Requests per byte-shuffled block of a per-message column (bounds the encoder's scratch memory).
 _BLOCK_REQUESTS = 256
+#: Messages per chunk when a run's logs are walked in pieces (`LogChunks`, what the metrics do):
+#: bounds the walker's scratch memory (tens of MB) whatever the run's size (issue 22).
+CHUNK_EVENTS = 1 << 19
 
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 _EMPTY_I64 = np.zeros(0, np.int64)
@@ -331,6 +337,20 @@ class LogColumns:
     def __len__(self) -> int:
         return len(self.index)
 
+    def slice(self, a: int, b: int) -> LogColumns:
+        """The LogColumns of requests [a, b) (per-event columns are views, no copy)."""
+        ends = np.cumsum(self.n_events)
+        e0 = int(ends[a - 1]) if a > 0 else 0
+        e1 = int(ends[b - 1]) if b > a else e0
+        return LogColumns(
+            index=self.index[a:b], warmup=self.warmup[a:b], send_ns=self.send_ns[a:b], ok=self.ok[a:b],
+            error=self.error[a:b], prompt_tokens=self.prompt_tokens[a:b], prompt_known=self.prompt_known[a:b],
+            completion_tokens=self.completion_tokens[a:b], completion_known=self.completion_known[a:b],
+            tokens_from_text=self.tokens_from_text[a:b], input_len=self.input_len[a:b],
+            output_len=self.output_len[a:b], end_ns=self.end_ns[a:b], n_events=self.n_events[a:b],
+            t_ns=self.t_ns[e0:e1], tokens=self.tokens[e0:e1], kind=self.kind[e0:e1],
+            spec={c: v[a:b] for c, v in self.spec.items()} if self.spec else None)
+
     def to_logs(self) -> list[RequestLog]:
         """The same logs as RequestLog objects (the inverse of `columns_of`); each log's message
         columns are views into this object's arrays (no object per message)."""
@@ -388,10 +408,17 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
 def _parse_v1(data: bytes) -> dict[str, Any]:
     """The column document of a version-1 blob (zlib JSON), event columns as numpy arrays."""
     try:
+        text = zlib.decompress(data)
+    except zlib.error as exc:
+        raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
+    fast = _parse_v1_columns(text)
+    if fast is not None:
+        return fast
+    try:
         # msgspec parses the same JSON about 3x faster than the json module (recompute decodes
         # every stored run); it also rejects invalid UTF-8.
-        doc = msgspec.json.decode(zlib.decompress(data))
-    except (zlib.error, msgspec.DecodeError) as exc:
+        doc = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
         raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("v") != 1:
         version = doc.get("v") if isinstance(doc, dict) else None
@@ -411,10 +438,64 @@ def _parse_v1(data: bytes) -> dict[str, Any]:
     return doc
 
 
-def _parse_v2(data: bytes) -> dict[str, Any]:
-    """The column document of a version-2 blob (MAGIC + zstandard), event columns as numpy arrays."""
+_INT_TEXT = b"0123456789-, \t\n\r"
+_I64 = np.iinfo(np.int64)
+
+
+def _int_column(raw: msgspec.Raw) -> np.ndarray | None:
+    """A JSON array of integers parsed straight into int64 (no Python int per value); None when
+    it is anything else (then the full parse gives the same values or the same error)."""
+    text = bytes(raw).strip()
+    if not (text.startswith(b"[") and text.endswith(b"]")):
+        return None
+    inner = text[1:-1].strip()
+    del text
+    if not inner:
+        return _EMPTY_I64
+    if inner.translate(None, _INT_TEXT) or b",," in inner or inner.startswith(b",") or inner.endswith(b","):
+        return None
     try:
-        raw = memoryview(zstandard.ZstdDecompressor().decompressobj().decompress(data[len(MAGIC):]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            values = np.fromstring(inner, dtype=np.int64, sep=",")
+    except (ValueError, DeprecationWarning):
+        return None
+    if values.size != inner.count(b",") + 1 or (values.size and (values.max() == _I64.max or values.min() == _I64.min)):
+        return None  # unparsed text, or a value outside int64 (saturated): the full parse decides
+    return values
+
+
+def _parse_v1_columns(text: bytes) -> dict[str, Any] | None:
+    """`_parse_v1` of a well-formed version-1 document with its per-message columns parsed
+    straight into numpy (a 20 M-message run's lists of Python ints took gigabytes); None for any
+    document this does not vouch for (the full parse then gives its figures or its error)."""
+    try:
+        raw = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+        doc = {k: msgspec.json.decode(v) for k, v in raw.items() if k not in _EVENT_COLUMNS}
+    except msgspec.DecodeError:
+        return None
+    if doc.get("v") != 1 or any(c not in raw for c in _EVENT_COLUMNS):
+        return None
+    if any(not isinstance(doc.get(c), list) for c in _REQUEST_COLUMNS):
+        return None
+    if not all(type(x) is int for x in doc["n_events"]):
+        return None
+    n_ev = sum(doc["n_events"])
+    for c in _EVENT_COLUMNS:
+        values = _int_column(raw.pop(c))
+        if values is None or len(values) != n_ev:
+            return None
+        doc[c] = values
+    if not n_ev:
+        doc["ev_kind"] = _EMPTY_I8
+    return doc
+
+
+def _open_v2(data: bytes) -> tuple[dict[str, Any], memoryview, dict[str, np.dtype], int, np.ndarray, int]:
+    """(header document, decompressed frame, event column dtypes, block, messages per request,
+    where the event columns start in the frame) of a version-2 blob, header and sizes checked."""
+    try:
+        raw = memoryview(zstandard.ZstdDecompressor().decompressobj().decompress(memoryview(data)[len(MAGIC):]))
         (n_head,) = struct.unpack_from("<I", raw)
         doc = msgspec.json.decode(raw[4:4 + n_head])
     except (zstandard.ZstdError, struct.error, msgspec.DecodeError) as exc:
@@ -436,8 +517,13 @@ def _parse_v2(data: bytes) -> dict[str, Any]:
     need = 4 + n_head + n_ev * sum(d.itemsize for d in dtypes.values())
     if len(raw) != need:
         raise ValueError(f"request logs: {len(raw)} bytes of columns, expected {need}")
+    return doc, raw, dtypes, block, counts, 4 + n_head
+
+
+def _parse_v2(data: bytes) -> dict[str, Any]:
+    """The column document of a version-2 blob (MAGIC + zstandard), event columns as numpy arrays."""
+    doc, raw, dtypes, block, counts, pos = _open_v2(data)
     per_block = [int(counts[b:b + block].sum()) for b in range(0, len(counts), block)]
-    pos = 4 + n_head
     for c in _EVENT_COLUMNS:
         dtype, parts = dtypes[c], []
         for count in per_block:
@@ -452,6 +538,49 @@ def _request_of(n_events: list, j: int) -> int:
     return int(np.searchsorted(np.cumsum(n_events), j, side="right"))
 
 
+def _request_part(doc: dict[str, Any]) -> dict[str, Any]:
+    """The per-request LogColumns fields of a column document (lengths checked)."""
+    n = len(doc["index"])
+    for c in _REQUEST_COLUMNS:
+        if len(doc[c]) != n:
+            raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n}")
+    send = _i64(doc["send_ns"])
+    prompt, prompt_known = _optional(doc["prompt_tokens"])
+    completion, completion_known = _optional(doc["completion_tokens"])
+    spec = None
+    if any(c in doc for c in _SPEC_COLUMNS):
+        bad = [c for c in _SPEC_COLUMNS if not isinstance(doc.get(c), list) or len(doc[c]) != n]
+        if bad:
+            raise ValueError(f"request logs: column(s) {', '.join(bad)} missing or not {n} entries")
+        spec = {c: doc[c] for c in _SPEC_COLUMNS}
+    return dict(
+        index=_i64(doc["index"]), warmup=np.asarray(doc["warmup"], dtype=bool), send_ns=send,
+        ok=np.asarray(doc["ok"], dtype=bool), error=list(doc["error"]), prompt_tokens=prompt,
+        prompt_known=prompt_known, completion_tokens=completion, completion_known=completion_known,
+        tokens_from_text=np.asarray(doc["tokens_from_text"], dtype=bool), input_len=_i64(doc["input_len"]),
+        output_len=_i64(doc["output_len"]), end_ns=send + _i64(doc["end_dns"]), n_events=_i64(doc["n_events"]),
+        spec=spec)
+
+
+def _check_kinds(kinds: np.ndarray, n_events: Any, offset: int = 0) -> None:
+    """Raise ValueError naming the request of the first kind code outside KINDS (`offset`: the
+    messages before `kinds` in the run)."""
+    if len(kinds) and (kinds.min() < 0 or kinds.max() >= len(KINDS)):
+        j = int(np.flatnonzero((kinds < 0) | (kinds >= len(KINDS)))[0])
+        raise ValueError(f"request logs: request {_request_of(n_events, offset + j)}: bad event kind code "
+                         f"{int(kinds[j])!r}")
+
+
+def _absolute(dt: np.ndarray, send: np.ndarray, n_events: np.ndarray) -> np.ndarray:
+    """Absolute message times: each request's deltas summed from its send time (integers: exact)."""
+    if not len(dt):
+        return _EMPTY_I64
+    req_of = np.repeat(np.arange(len(send)), n_events)
+    cum = np.cumsum(dt)
+    before = np.concatenate(([0], cum))[np.cumsum(n_events) - n_events]  # sum of earlier requests' deltas
+    return send[req_of] + cum - before[req_of]
+
+
 def decode_columns(data: bytes) -> LogColumns:
     """Decode bytes written by `encode_logs` (version 2) or by the older `encode_logs_v1`
     (version 1) into LogColumns (no object per event).
@@ -462,40 +591,119 @@ def decode_columns(data: bytes) -> LogColumns:
     """
     data = bytes(data)
     doc = _parse_v2(data) if data.startswith(MAGIC) else _parse_v1(data)
-    n = len(doc["index"])
-    for c in _REQUEST_COLUMNS:
-        if len(doc[c]) != n:
-            raise ValueError(f"request logs: column {c!r} has {len(doc[c])} entries, expected {n}")
-    n_events = _i64(doc["n_events"])
-    n_ev = int(n_events.sum())
+    req = _request_part(doc)
     kinds = doc["ev_kind"]
-    if n_ev and (kinds.min() < 0 or kinds.max() >= len(KINDS)):
-        j = int(np.flatnonzero((kinds < 0) | (kinds >= len(KINDS)))[0])
-        req = _request_of(doc["n_events"], j)
-        raise ValueError(f"request logs: request {req}: bad event kind code {int(kinds[j])!r}")
-    send = _i64(doc["send_ns"])
-    # absolute times: each request's deltas summed from its send time (integers: exact)
-    dt = doc["ev_dt_ns"]
-    req_of = np.repeat(np.arange(n), n_events)
-    cum = np.cumsum(dt)
-    before = np.concatenate(([0], cum))[np.cumsum(n_events) - n_events]  # sum of earlier requests' deltas
-    t_ns = send[req_of] + cum - before[req_of] if n_ev else _EMPTY_I64
-    del cum, req_of
-    prompt, prompt_known = _optional(doc["prompt_tokens"])
-    completion, completion_known = _optional(doc["completion_tokens"])
-    spec = None
-    if any(c in doc for c in _SPEC_COLUMNS):
-        bad = [c for c in _SPEC_COLUMNS if not isinstance(doc.get(c), list) or len(doc[c]) != n]
-        if bad:
-            raise ValueError(f"request logs: column(s) {', '.join(bad)} missing or not {n} entries")
-        spec = {c: doc[c] for c in _SPEC_COLUMNS}
-    return LogColumns(
-        index=_i64(doc["index"]), warmup=np.asarray(doc["warmup"], dtype=bool), send_ns=send,
-        ok=np.asarray(doc["ok"], dtype=bool), error=list(doc["error"]), prompt_tokens=prompt,
-        prompt_known=prompt_known, completion_tokens=completion, completion_known=completion_known,
-        tokens_from_text=np.asarray(doc["tokens_from_text"], dtype=bool), input_len=_i64(doc["input_len"]),
-        output_len=_i64(doc["output_len"]), end_ns=send + _i64(doc["end_dns"]), n_events=n_events, t_ns=t_ns,
-        tokens=doc["ev_tokens"], kind=kinds.astype(np.int8), spec=spec)
+    _check_kinds(kinds, doc["n_events"])
+    t_ns = _absolute(doc["ev_dt_ns"], req["send_ns"], req["n_events"])
+    return LogColumns(**req, t_ns=t_ns, tokens=doc["ev_tokens"], kind=kinds.astype(np.int8))
+
+
+def _spans(counts: Any, max_events: int) -> list[tuple[int, int]]:
+    """Consecutive [a, b) ranges of `counts` (messages per item) of at most `max_events` messages
+    each; an item with more is a range of its own."""
+    spans, a, acc = [], 0, 0
+    for i, n in enumerate(np.asarray(counts, dtype=np.int64).tolist()):
+        if i > a and acc + n > max_events:
+            spans.append((a, i))
+            a, acc = i, 0
+        acc += n
+    if a < len(counts):
+        spans.append((a, len(counts)))
+    return spans
+
+
+def _request_slice(req: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Requests [a, b) of `_request_part`'s fields."""
+    return {f: (v[a:b] if f != "spec" else ({c: x[a:b] for c, x in v.items()} if v else None))
+            for f, v in req.items()}
+
+
+class LogChunks:
+    """A run's request logs walked in chunks of consecutive requests, in order, each chunk a
+    LogColumns of at most about `max_events` messages (default CHUNK_EVENTS; a request with
+    more is a chunk of its own); iterable any number of times. What the metrics walk
+    (benchkit.measure.metrics) so that their scratch memory is one chunk, not the run.
+
+    `LogChunks(logs)`: RequestLogs (each chunk's message columns are copied when it is reached)
+    or LogColumns (chunks are views). `LogChunks.decode(data)`: an encoded blob; a version-2 blob
+    is decompressed once (about 6 bytes per message here) and each chunk's messages are decoded
+    when it is reached, so the run's messages are never held as int64 columns; a version-1 blob's
+    columns are parsed whole (straight into numpy where the JSON is plain integer arrays) and
+    each chunk's absolute times computed when it is reached. Raises ValueError as decode_columns
+    does (for a version-2 blob, a bad kind code when its chunk is reached).
+    """
+
+    def __init__(self, logs: list[RequestLog] | LogColumns, max_events: int | None = None):
+        self._logs: list[RequestLog] | LogColumns | None = logs
+        self._blob: tuple | None = None
+        self._v1: tuple | None = None
+        counts = logs.n_events if isinstance(logs, LogColumns) else [log.n_events for log in logs]
+        self._n = len(counts)
+        self.spans = _spans(counts, max_events or CHUNK_EVENTS)
+
+    @classmethod
+    def decode(cls, data: bytes, max_events: int | None = None) -> LogChunks:
+        """The chunks of an encoded blob (`encode_logs` or `encode_logs_v1`); see the class docstring."""
+        self = cls.__new__(cls)
+        self._logs, self._blob, self._v1 = None, None, None
+        if not bytes(data[:len(MAGIC)]) == MAGIC:  # version 1: the columns at once, times made absolute per chunk
+            doc = _parse_v1(bytes(data))
+            req = _request_part(doc)
+            _check_kinds(doc["ev_kind"], doc["n_events"])
+            self._n = len(req["index"])
+            self.spans = _spans(req["n_events"], max_events or CHUNK_EVENTS)
+            ends = np.concatenate(([0], np.cumsum(req["n_events"]))).tolist()
+            self._v1 = (req, doc["ev_dt_ns"], doc["ev_tokens"], doc["ev_kind"].astype(np.int8), ends)
+            return self
+        doc, raw, dtypes, block, counts, pos = _open_v2(data)
+        req = _request_part(doc)
+        self._n = len(counts)
+        block_counts = [int(counts[b:b + block].sum()) for b in range(0, len(counts), block)]
+        ev_before = np.concatenate(([0], np.cumsum(block_counts))).astype(np.int64).tolist()
+        bases, at = {}, pos
+        for c in _EVENT_COLUMNS:
+            bases[c] = at
+            at += int(counts.sum()) * dtypes[c].itemsize
+        self.spans = [(k0 * block, min(k1 * block, self._n), k0, k1)
+                      for k0, k1 in _spans(block_counts, max_events or CHUNK_EVENTS)]
+        self._blob = (req, raw, dtypes, bases, block_counts, ev_before, counts)
+        return self
+
+    def __len__(self) -> int:
+        """How many requests."""
+        return self._n
+
+    def __iter__(self) -> Iterator[LogColumns]:
+        if self._blob is not None:
+            for a, b, k0, k1 in self.spans:
+                yield self._decode_span(a, b, k0, k1)
+            return
+        if self._v1 is not None:
+            req, dt, tokens, kinds, ends = self._v1
+            for a, b in self.spans:
+                part = _request_slice(req, a, b)
+                e0, e1 = ends[a], ends[b]
+                yield LogColumns(**part, t_ns=_absolute(dt[e0:e1], part["send_ns"], part["n_events"]),
+                                 tokens=tokens[e0:e1], kind=kinds[e0:e1])
+            return
+        logs = self._logs
+        for a, b in self.spans:
+            yield logs.slice(a, b) if isinstance(logs, LogColumns) else columns_of(logs[a:b])
+
+    def _decode_span(self, a: int, b: int, k0: int, k1: int) -> LogColumns:
+        req, raw, dtypes, bases, block_counts, ev_before, counts = self._blob
+        cols = {}
+        for c in _EVENT_COLUMNS:
+            dtype, parts = dtypes[c], []
+            for k in range(k0, k1):
+                if block_counts[k]:
+                    at = bases[c] + ev_before[k] * dtype.itemsize
+                    parts.append(_unshuffle(raw[at:], block_counts[k], dtype))
+            cols[c] = _concat(parts, np.zeros(0, dtype)).astype(np.int64 if c != "ev_kind" else np.int8)
+        _check_kinds(cols["ev_kind"], counts, ev_before[k0])
+        part = _request_slice(req, a, b)
+        return LogColumns(**part, t_ns=_absolute(cols["ev_dt_ns"], part["send_ns"], part["n_events"]),
+                          tokens=cols["ev_tokens"], kind=cols["ev_kind"])
 
 
 def decode_logs(data: bytes) -> list[RequestLog]:

@@ -1,6 +1,8 @@
 """Per-request and per-run metrics, exactly as docs/MEASUREMENT.md defines them.
 
-Pure functions of `benchkit.measure.logs.RequestLog` lists plus the run window, so old runs can be
+Pure functions of `benchkit.measure.logs.RequestLog` lists (or their columns, or their chunks:
+`LogChunks`, walked one chunk of requests at a time so that a big run's figures need memory for
+one sample array, not for every message's objects) plus the run window, so old runs can be
 recomputed after a formula fix. Names and units:
 
 - TTFT (ms): first message carrying >= 1 output token (reasoning counts) minus send time.
@@ -36,14 +38,14 @@ derived from it. Adding a metric is one field here plus a migration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
-from benchkit.measure.logs import KINDS, LogColumns, RequestLog, columns_of
-from benchkit.measure.specrequests import RequestAcceptance, acceptance_from
+from benchkit.measure.logs import KINDS, LogChunks, LogColumns, RequestLog, columns_of
+from benchkit.measure.specrequests import acceptance_from
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -468,8 +470,166 @@ def _requests(c: LogColumns) -> _Requests:
                      first=first, gap_ms=gap_ms)
 
 
-def _columns(logs: list[RequestLog] | LogColumns) -> LogColumns:
-    return logs if isinstance(logs, LogColumns) else columns_of(logs)
+class _Walk:
+    """The chunks of a run with each chunk's `_Requests`, walked as often as needed: a run of one
+    chunk (every small run) keeps its `_Requests`, so each request is computed once; a bigger run
+    recomputes each chunk's on every walk (memory is bounded by one chunk, not the run)."""
+
+    def __init__(self, logs: list[RequestLog] | LogColumns | LogChunks):
+        self.chunks = logs if isinstance(logs, LogChunks) else LogChunks(logs)
+        self._kept: list[tuple[LogColumns, _Requests]] | None = None
+
+    def __iter__(self) -> Iterator[tuple[LogColumns, _Requests]]:
+        if self._kept is not None:
+            yield from self._kept
+            return
+        one = len(self.chunks.spans) <= 1
+        kept = []
+        for c in self.chunks:
+            r = _requests(c)
+            if one:
+                kept.append((c, r))
+            yield c, r
+        if one:
+            self._kept = kept
+
+
+def _chunks(logs: list[RequestLog] | LogColumns | LogChunks) -> _Walk:
+    return logs if isinstance(logs, _Walk) else _Walk(logs)
+
+
+@dataclass
+class _Scan:
+    """What one walk over a run's chunks gathers (`_scan`): everything but the ITL / ICL samples,
+    which `_fill` writes afterwards into one preallocated array each."""
+
+    n_measured: int = 0
+    n_done: int = 0
+    total_in: int = 0
+    total_out: int = 0
+    from_text: bool = False
+    n_meeting_slo: int = 0
+    buckets: dict[int, float] = field(default_factory=dict)  # second -> tokens (exact integers)
+    n_chunks: int = 0  # token-carrying messages of done requests, and their tokens
+    chunk_tokens: int = 0
+    n_decode: int = 0  # the same without each request's first message
+    decode_tokens: int = 0
+    n_coalesced: int = 0
+    n_itl: int = 0
+    chunk_counts: dict[int, int] = field(default_factory=dict)  # tokens per chunk -> messages
+    small_chunks: list[np.ndarray] | None = field(default_factory=list)  # while there are at most `cap`
+    per_request: dict[str, list[np.ndarray]] = field(
+        default_factory=lambda: {"ttft": [], "tpot": [], "e2el": []})
+    spec: bool = False
+    spec_steps: list = field(default_factory=list)
+    spec_accepted: list = field(default_factory=list)
+    spec_histograms: list = field(default_factory=list)
+
+
+def _scan(chunks: _Walk, window_start_ns: int, slo: dict[str, float] | None, cap: int | None,
+          gap_ms: float = COALESCED_GAP_MS) -> _Scan:
+    """One walk over the chunks: every figure of measure_window but the ITL / ICL samples.
+    Requests are independent, so each chunk's per-request figures are those of the whole run."""
+    s = _Scan()
+    for c, r in chunks:
+        done = r.measured & r.completed
+        s.n_measured += int(r.measured.sum())
+        s.n_done += int(done.sum())
+        s.total_in += int(r.prompt[done].sum())
+        s.total_out += int(r.n[done].sum())
+        s.from_text = s.from_text or bool(np.any((c.tokens_from_text | ~r.n_from_server)[done]))
+        if slo:
+            s.n_meeting_slo += _n_meeting_slo(r, done, slo)
+        s.per_request["ttft"].append(r.ttft_ms[done])
+        s.per_request["tpot"].append(r.tpot_ms[done & ~np.isnan(r.tpot_ms)])
+        s.per_request["e2el"].append(r.e2el_ms[done])
+        done_msgs = done[r.msg_req]
+        if done_msgs.any():
+            seconds, bucket = np.unique((r.msg_t[done_msgs] - window_start_ns) // NS_PER_S, return_inverse=True)
+            for sec, tok in zip(seconds.tolist(), np.bincount(bucket, weights=r.msg_tok[done_msgs]).tolist(),
+                                strict=True):
+                s.buckets[sec] = s.buckets.get(sec, 0.0) + tok
+        chunk_tok = r.msg_tok[done_msgs]
+        s.n_chunks += chunk_tok.size
+        s.chunk_tokens += int(chunk_tok.sum())
+        decode = done_msgs & ~r.first
+        decode_tok = r.msg_tok[decode]
+        s.n_decode += decode_tok.size
+        s.decode_tokens += int(decode_tok.sum())
+        s.n_itl += int(decode_tok.sum())
+        s.n_coalesced += int((r.gap_ms[decode] < gap_ms).sum())
+        if cap is not None:
+            values, counts = np.unique(chunk_tok, return_counts=True)
+            for v, k in zip(values.tolist(), counts.tolist(), strict=True):
+                s.chunk_counts[v] = s.chunk_counts.get(v, 0) + k
+            if s.small_chunks is not None:
+                s.small_chunks.append(chunk_tok)
+                if s.n_chunks > cap:
+                    s.small_chunks = None
+        if c.spec:
+            s.spec = True
+            for i in np.flatnonzero(done):
+                n = c.spec["spec_steps"][i]
+                if n:
+                    s.spec_steps.append(n)
+                    s.spec_accepted.append(c.spec["spec_accepted_tokens"][i] or 0)
+                    s.spec_histograms.append(c.spec["spec_histogram"][i])
+    return s
+
+
+def _fill(chunks: _Walk, metric: str, out: np.ndarray) -> None:
+    """Write the `metric` ("itl" or "icl") samples of the completed measured requests into `out`
+    (exactly as many), in request order then message order: the order the whole-run arrays had."""
+    pos = 0
+    for _, r in chunks:
+        done_msgs = (r.measured & r.completed)[r.msg_req]
+        values = r.itl_of(done_msgs) if metric == "itl" else r.gap_ms[done_msgs & ~r.first]
+        out[pos:pos + values.size] = values
+        pos += values.size
+    if pos != out.size:
+        raise RuntimeError(f"{metric}: {pos} samples on the second walk, {out.size} on the first")
+
+
+def _std_in_place(arr: np.ndarray) -> float:
+    """`float(arr.std())` computed over `arr` itself (no temporary of its size), which it overwrites:
+    the steps of numpy's own `_var` (sum, divide, subtract, square, sum, divide, sqrt)."""
+    n = arr.size
+    mean = np.add.reduce(arr, keepdims=True)
+    np.true_divide(mean, n, out=mean)
+    np.subtract(arr, mean, out=arr)
+    np.multiply(arr, arr, out=arr)
+    return float(np.sqrt(np.add.reduce(arr) / n))
+
+
+def _sample_stats(chunks: _Walk, metric: str, count: int,
+                  cap: int | None) -> tuple[dict[str, float] | None, list[float] | None]:
+    """(latency_stats, the capped distribution or None without `cap`) of the `count` ITL or ICL
+    samples, with one float64 array of `count` values as the only memory of the run's size:
+    filled, mean, std in place; filled again, percentiles and median partitioned in place (the
+    same order statistics numpy takes from its copy), sorted in place for the cap."""
+    if count == 0:
+        return None, ([] if cap is not None else None)
+    arr = np.empty(count)
+    _fill(chunks, metric, arr)
+    dist = arr.tolist() if cap is not None and count <= cap else None
+    mean = float(arr.mean())
+    std = _std_in_place(arr)
+    _fill(chunks, metric, arr)
+    p90, p95, p99 = np.percentile(arr, [90, 95, 99], overwrite_input=True)
+    median = float(np.median(arr, overwrite_input=True))
+    if cap is not None and dist is None:
+        arr.sort()
+        dist = arr[np.linspace(0, count - 1, cap).round().astype(int)].tolist()
+    return {"mean": mean, "median": median, "std": std, "p90": float(p90), "p95": float(p95),
+            "p99": float(p99)}, dist
+
+
+def _capped_counts(counts: dict[int, int], cap: int) -> list[float]:
+    """`_cap` of the values counted in `counts` (value -> how many; more than `cap` in all)."""
+    values = np.asarray(sorted(counts), dtype=np.int64)
+    ends = np.cumsum([counts[v] for v in values.tolist()])
+    idx = np.linspace(0, int(ends[-1]) - 1, cap).round().astype(int)
+    return values[np.searchsorted(ends, idx, side="right")].astype(float).tolist()
 
 
 def request_metrics(log: RequestLog) -> RequestMetrics:
@@ -520,7 +680,7 @@ def _measured(logs: list[RequestLog]) -> list[RequestLog]:
 
 
 def compute_run_metrics(
-    logs: list[RequestLog] | LogColumns,
+    logs: list[RequestLog] | LogColumns | LogChunks,
     window_start_ns: int,
     window_end_ns: int,
     slo: dict[str, float] | None = None,
@@ -528,7 +688,8 @@ def compute_run_metrics(
     """Compute `WindowMetrics` for the measured window [window_start_ns, window_end_ns] (ns),
     without the speculative-decoding fields (those come from the server's counters; see
     `WindowMetrics.with_spec_decode`). `logs`: RequestLogs, or their columns
-    (benchkit.measure.logs.decode_columns, which builds no object per event).
+    (benchkit.measure.logs.decode_columns, which builds no object per event), or their chunks
+    (benchkit.measure.logs.LogChunks, e.g. `LogChunks.decode(blob)`).
 
     Warmup logs are ignored. Throughputs divide by the window length in seconds (0.0 for an
     empty window); error_rate is 0.0 for a window without measured requests. Peak output tok/s:
@@ -540,11 +701,21 @@ def compute_run_metrics(
     return measure_window(logs, window_start_ns, window_end_ns, slo, cap=None)[0]
 
 
-def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, window_end_ns: int,
+def measure_window(logs: list[RequestLog] | LogColumns | LogChunks, window_start_ns: int, window_end_ns: int,
                    slo: dict[str, float] | None = None,
                    cap: int | None = DISTRIBUTION_CAP) -> tuple[WindowMetrics, dict[str, list[float]]]:
     """(`compute_run_metrics`, `distributions`) of the same logs, each request computed once
-    (what recompute uses). With `cap` None the distributions are not built ({} instead)."""
+    (what recompute uses). With `cap` None the distributions are not built ({} instead).
+
+    Memory (issue 22): the logs are walked in chunks of requests (LogChunks, about
+    logs.CHUNK_EVENTS messages each), so the scratch memory is one chunk plus ONE float64 array of
+    the run's ITL samples (8 bytes per output token), then one of its ICL samples (8 bytes per
+    message), never both, and no per-message Python object or list: a 10 000 x 2 000-token run
+    peaks at about 0.2 GB above the logs themselves. Each sample array is filled twice (once for
+    the mean and the in-place std, once for the percentiles), so a run of several chunks is walked
+    five times; a run of one chunk (every small run) keeps its per-request figures and computes
+    each request once. The figures are bit for bit those of the whole-run arrays (same values,
+    same order, the same numpy reductions)."""
     if window_end_ns < window_start_ns:
         raise ValueError(f"window ends ({window_end_ns} ns) before it starts ({window_start_ns} ns)")
     if slo:
@@ -553,34 +724,23 @@ def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, wi
             raise ValueError(
                 f"unknown SLO key(s) {', '.join(map(repr, unknown))}; expected {', '.join(SLO_KEYS)}"
             )
-    cols = _columns(logs)
-    r = _requests(cols)
-    done = r.measured & r.completed
-    n_measured, n_done = int(r.measured.sum()), int(done.sum())
+    chunks = _chunks(logs)
+    sc = _scan(chunks, window_start_ns, slo, cap)
     duration_s = (window_end_ns - window_start_ns) / NS_PER_S
 
     def rate(x: float) -> float:
         return x / duration_s if duration_s > 0 else 0.0
 
-    total_in, total_out = int(r.prompt[done].sum()), int(r.n[done].sum())
-    done_msgs = done[r.msg_req]
-    if done_msgs.any():
-        _, bucket = np.unique((r.msg_t[done_msgs] - window_start_ns) // NS_PER_S, return_inverse=True)
-        peak = float(np.bincount(bucket, weights=r.msg_tok[done_msgs]).max())
-    else:
-        peak = 0.0
-    chunks = r.msg_tok[done_msgs]
-    decode_chunks = r.msg_tok[done_msgs & ~r.first]
-    gaps = r.gap_ms[done_msgs & ~r.first]
-    samples = {
-        "ttft": r.ttft_ms[done],
-        "tpot": r.tpot_ms[done & ~np.isnan(r.tpot_ms)],
-        "itl": r.itl_of(done_msgs),
-        "icl": r.gap_ms[done_msgs & ~r.first],
-        "e2el": r.e2el_ms[done],
-    }
+    n_measured, n_done, total_in, total_out = sc.n_measured, sc.n_done, sc.total_in, sc.total_out
+    samples = {k: np.concatenate(v) if v else np.zeros(0) for k, v in sc.per_request.items()}
     stats = {f"{stat}_{metric}_ms": value for metric, values in samples.items()
              for stat, value in (latency_stats(values) or {}).items()}
+    dists: dict[str, list[float]] = {}
+    for metric, count in (("itl", sc.n_itl), ("icl", sc.n_decode)):
+        block, dists[f"{metric}_ms"] = _sample_stats(chunks, metric, count, cap)
+        stats.update({f"{stat}_{metric}_ms": value for stat, value in (block or {}).items()})
+    stats = {f"{stat}_{metric}_ms": stats[f"{stat}_{metric}_ms"] for metric in LATENCY_METRICS for stat in STAT_NAMES
+             if f"{stat}_{metric}_ms" in stats}
     window = WindowMetrics(
         completed=n_done,
         failed=n_measured - n_done,
@@ -588,28 +748,33 @@ def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, wi
         duration_s=duration_s,
         total_input_tokens=total_in,
         total_output_tokens=total_out,
-        output_tokens_from_text=bool(np.any((cols.tokens_from_text | ~r.n_from_server)[done])),
+        output_tokens_from_text=sc.from_text,
         request_throughput_req_s=rate(n_done),
         output_throughput_tok_s=rate(total_out),
         total_token_throughput_tok_s=rate(total_in + total_out),
-        max_output_tokens_per_s=peak,
-        request_goodput_req_s=rate(_n_meeting_slo(r, done, slo)) if slo else None,
-        mean_tokens_per_chunk=float(np.mean(chunks)) if chunks.size else None,
-        mean_decode_tokens_per_chunk=int(decode_chunks.sum()) / decode_chunks.size if decode_chunks.size else None,
-        coalesced_share=int((gaps < COALESCED_GAP_MS).sum()) / gaps.size if gaps.size else None,
+        max_output_tokens_per_s=float(max(sc.buckets.values())) if sc.buckets else 0.0,
+        request_goodput_req_s=rate(sc.n_meeting_slo) if slo else None,
+        # np.mean of the int64 chunk sizes: their float64 sum is exact (integers below 2**53)
+        mean_tokens_per_chunk=float(np.float64(sc.chunk_tokens) / sc.n_chunks) if sc.n_chunks else None,
+        mean_decode_tokens_per_chunk=sc.decode_tokens / sc.n_decode if sc.n_decode else None,
+        coalesced_share=sc.n_coalesced / sc.n_decode if sc.n_decode else None,
         **stats,
     )
-    acc = _request_acceptance(cols, done)
+    acc = acceptance_from(sc.spec_steps, sc.spec_accepted, sc.spec_histograms) if sc.spec else None
     if acc is not None:
         window = replace(window, acceptance_length_request_weighted=acc.tau_request_weighted,
                          acceptance_length_token_weighted=acc.tau_token_weighted, spec_requests_reported=acc.requests)
     if cap is None:
         return window, {}
+    if sc.small_chunks is not None:
+        tokens_per_chunk = (np.concatenate(sc.small_chunks) if sc.small_chunks else np.zeros(0)).astype(float).tolist()
+    else:
+        tokens_per_chunk = _capped_counts(sc.chunk_counts, cap)
     dists = {
         "ttft_ms": _cap(samples["ttft"], cap),
-        "itl_ms": _cap(samples["itl"], cap),
-        "icl_ms": _cap(samples["icl"], cap),
-        "tokens_per_chunk": _cap(chunks.astype(float), cap),
+        "itl_ms": dists["itl_ms"],
+        "icl_ms": dists["icl_ms"],
+        "tokens_per_chunk": tokens_per_chunk,
     }
     if acc is not None:
         dists["tau_per_request"] = _cap(np.asarray(acc.tau_per_request), cap)
@@ -618,29 +783,19 @@ def measure_window(logs: list[RequestLog] | LogColumns, window_start_ns: int, wi
     return window, dists
 
 
-def _request_acceptance(cols: LogColumns, done: np.ndarray) -> RequestAcceptance | None:
-    """Per-request acceptance (benchkit.measure.specrequests) of the completed measured requests
-    whose log carries the engine's per-request figures; None without any."""
-    if not cols.spec:
-        return None
-    steps, acc, hists = [], [], []
-    for i in np.flatnonzero(done):
-        n = cols.spec["spec_steps"][i]
-        if n:
-            steps.append(n)
-            acc.append(cols.spec["spec_accepted_tokens"][i] or 0)
-            hists.append(cols.spec["spec_histogram"][i])
-    return acceptance_from(steps, acc, hists)
-
-
 def _n_meeting_slo(r: _Requests, done: np.ndarray, slo: dict[str, float]) -> int:
     """Completed requests meeting every bound of `slo` (meets_slo's rule: a bound on a value the
     request does not have is met)."""
     ok = done.copy()
     for key, bound in slo.items():
         if key == "itl_ms":
+            per_req = np.bincount(r.msg_req, minlength=len(done))
+            ends = np.cumsum(per_req)
             for i in np.flatnonzero(ok):
-                itl = r.itl_of(r.msg_req == i)
+                at = slice(int(ends[i] - per_req[i]), int(ends[i]))  # the request's messages (sorted by request)
+                later = ~r.first[at]
+                tok = r.msg_tok[at][later]
+                itl = np.repeat(r.gap_ms[at][later] / tok, tok)
                 if itl.size and float(np.mean(itl)) > bound:
                     ok[i] = False
             continue
@@ -661,7 +816,8 @@ def _cap(values: np.ndarray, cap: int) -> list[float]:
     return ordered[idx].tolist()
 
 
-def distributions(logs: list[RequestLog] | LogColumns, cap: int = DISTRIBUTION_CAP) -> dict[str, list[float]]:
+def distributions(logs: list[RequestLog] | LogColumns | LogChunks,
+                  cap: int = DISTRIBUTION_CAP) -> dict[str, list[float]]:
     """Per-run sample lists for the run page's histograms, over completed measured requests.
 
     Returns {"ttft_ms": [...] (one per request), "itl_ms": [...] (one per token, ms/token),
@@ -677,11 +833,10 @@ def distributions(logs: list[RequestLog] | LogColumns, cap: int = DISTRIBUTION_C
 def measure_encoded(data: bytes, window_start_ns: int, window_end_ns: int, slo: dict[str, float] | None = None,
                     cap: int = DISTRIBUTION_CAP) -> tuple[WindowMetrics, dict[str, list[float]]]:
     """`measure_window` of an encoded log blob (benchkit.measure.logs.encode_logs), decoded into
-    columns: what recomputing a stored run costs, as one picklable call for a worker process.
-    Raises ValueError for a blob decode_columns refuses."""
-    from benchkit.measure.logs import decode_columns
-
-    return measure_window(decode_columns(data), window_start_ns, window_end_ns, slo, cap)
+    columns chunk by chunk (LogChunks.decode: a version-2 blob is never decoded whole; a
+    version-1 blob is): what recomputing a stored run costs, as one picklable call for a worker
+    process. Raises ValueError for a blob decode_columns refuses."""
+    return measure_window(LogChunks.decode(data), window_start_ns, window_end_ns, slo, cap)
 
 
 def measure_encoded_batch(items: list[tuple[bytes, int, int, dict[str, float] | None]],
@@ -693,22 +848,18 @@ def measure_encoded_batch(items: list[tuple[bytes, int, int, dict[str, float] | 
 
 
 
-def coalesced_share(logs: list[RequestLog] | LogColumns, gap_ms: float = COALESCED_GAP_MS) -> float | None:
+def coalesced_share(logs: list[RequestLog] | LogColumns | LogChunks, gap_ms: float = COALESCED_GAP_MS) -> float | None:
     """Share (0..1) of the ICL gaps (between consecutive token-carrying messages of completed,
     measured requests) shorter than `gap_ms` (ms, default 0.1): how often several messages
     arrived in one read. None when there are no gaps (every request had one message).
 
     Source: MEASUREMENT.md, "Coalesced arrivals". Pure; warmup logs are ignored.
     """
-    r = _requests(_columns(logs))
-    done_msgs = (r.measured & r.completed)[r.msg_req]
-    gaps = r.gap_ms[done_msgs & ~r.first]
-    if not gaps.size:
-        return None
-    return int((gaps < gap_ms).sum()) / gaps.size
+    sc = _scan(_chunks(logs), 0, None, None, gap_ms)
+    return sc.n_coalesced / sc.n_decode if sc.n_decode else None
 
 
-def mean_decode_tokens_per_chunk(logs: list[RequestLog] | LogColumns) -> float | None:
+def mean_decode_tokens_per_chunk(logs: list[RequestLog] | LogColumns | LogChunks) -> float | None:
     """The client's estimate of acceptance length tau (tokens per target step): the mean tokens
     per token-carrying message over completed, measured requests, leaving out each request's
     FIRST message, which comes from prefill (one token, no draft step). Keeping it, as
@@ -716,7 +867,5 @@ def mean_decode_tokens_per_chunk(logs: list[RequestLog] | LogColumns) -> float |
     1 / (messages per request), enough to flag a sound short-output run. None without decode
     messages. Coalesced arrivals (several steps in one read) bias it high.
     """
-    r = _requests(_columns(logs))
-    done_msgs = (r.measured & r.completed)[r.msg_req]
-    chunks = r.msg_tok[done_msgs & ~r.first]
-    return int(chunks.sum()) / chunks.size if chunks.size else None
+    sc = _scan(_chunks(logs), 0, None, None)
+    return sc.decode_tokens / sc.n_decode if sc.n_decode else None

@@ -2,8 +2,9 @@
 
 Runs are streamed in chunks with only the columns recompute needs (the log blob and window, the
 workload's SLO, the kept counter figures); each run's requests are computed once for both the
-window figures and the run page's samples (benchkit.measure.metrics.measure_encoded), optionally
-in several worker processes; rows are written by metrics_store.store_metrics, the one writer.
+window figures and the run page's samples (benchkit.measure.metrics.measure_encoded: a big run's
+blob is decoded and walked chunk by chunk, so memory stays bounded), optionally in several worker
+processes; rows are written by metrics_store.store_metrics, the one writer.
 
 The window is assembled by the runner's own assembler (benchkit.measure.window.assemble_window)
 from: the logs' figures (recomputed), the spec-decode figures (kept: the server's counters, not
