@@ -62,6 +62,17 @@ _CATEGORICAL = ["#e45756", "#54a24b", "#b279a2", "#f58518", "#9d755d", "#eeca3b"
 _BUDGET_RAMP = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b"]
 
 
+def nothing_counted(excluded: Sequence[tuple[Point, str]] = ()) -> str:
+    """Why a figure with no point to draw is empty: no counted run at all, or every counted run
+    of the selection excluded by the degenerate-point rules (benchkit.compare.verdicts), which
+    the page's excluded line names."""
+    if not excluded:
+        return "No counted runs in this selection."
+    n = len({p.run_id for p, _ in excluded})
+    return (f"Nothing to draw: {'the' if n == 1 else 'all'} {n} counted run{'s' if n != 1 else ''} of this selection "
+            f"{'is' if n == 1 else 'are'} excluded (degenerate figures or suspect timing; the excluded line says why).")
+
+
 def empty(title: str, reason: str) -> dict[str, Any]:
     """A figure that is not drawn: the page shows `title` and `reason` (why there is no data)."""
     return {"empty": reason, "title": title}
@@ -400,7 +411,7 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
     """
     title = "Why a configuration wins: acceptance length τ against the cost of one decoding step"
     if not points:
-        return empty(title, "No counted runs in this selection.")
+        return empty(title, nothing_counted(excluded))
     conc = lowest(p.concurrency for p in points)
     out_len = highest(p.output_len for p in points if p.concurrency == conc)
     sel = [p for p in points if p.concurrency == conc and p.output_len == out_len]
@@ -536,7 +547,7 @@ def tp_scaling_figure(points: list[Point], y: str = "output_tok_s",
     field, axis, fmt, why = THROUGHPUT_Y[y]
     title = "TP scaling: output tok/s vs TP degree" if y == "output_tok_s" else f"TP scaling: {axis} vs TP degree"
     if not points:
-        return empty(title, "No counted runs in this selection.")
+        return empty(title, nothing_counted(excluded))
     tps = sorted({p.tp for p in points})
     if len(tps) < 2:
         return empty(title, f"One TP degree only (TP{tps[0]}): nothing to scale.")
@@ -656,7 +667,7 @@ def tradeoff_figure(points: list[Point], excluded: Sequence[tuple[Point, str]] =
     """
     title = "Throughput-latency trade-off: per-user speed vs aggregate throughput"
     if not points:
-        return empty(title, "No counted runs in this selection.")
+        return empty(title, nothing_counted(excluded))
     out_len = highest(p.output_len for p in points)
     # a point whose concurrency an imported file did not record has no place on the curve
     sel = [p for p in points if p.output_len == out_len and getattr(p, SPEED_FIELD) is not None

@@ -221,6 +221,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("DRAFTBOARD_LOG_LEVEL", "INFO")},
+    # plotly's static export (the PDF report) logs every step of its Chromium session at INFO
+    "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},
 }
 
 # --- Run supervision (issue 11; runs.services.supervision), seconds ---------------------------

@@ -6,6 +6,7 @@ decode speedup is the heatmap's for every stored point."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -243,3 +244,15 @@ def test_excluded_points_are_listed_and_drawn_hollow_in_tp_scaling():
     (hollow,) = [t for t in fig["data"] if t["meta"].get("excluded")]
     assert hollow["marker"]["symbol"] == "circle-open" and hollow["x"] == ["TP1", "TP2"]
     assert all("excluded, median TPOT 0 ms" in h for h in hollow["hovertext"])
+
+
+def test_empty_figures_say_when_every_counted_run_is_excluded():
+    """A selection whose every counted run the rules exclude: the figures say so (and how many),
+    not that there are no counted runs."""
+    from analysis import figures
+    gone = [(point(1, tpot=0.0), "median TPOT 0 ms"), (point(2, method="ngram", k=4), "suspect mark client_stalled")]
+    for fig in (figures.tp_scaling_figure([], excluded=gone), figures.tradeoff_figure([], excluded=gone),
+                figures.decomposition_figure([], excluded=gone)):
+        text = json.dumps(fig)
+        assert "all 2 counted runs of this selection are excluded" in text, text
+    assert "No counted runs in this selection." in json.dumps(figures.tp_scaling_figure([]))
