@@ -10,9 +10,10 @@ from benchkit.sweeps import sweepfile as sweepspec
 
 
 def tiny_sweep(demo_models, name: str, methods: list, concurrency: int | list[int] = 2, output_len: int = 32,
-               num_prompts: int = 8):
+               num_prompts: int = 8, engine_cpus: str = ""):
     """A small sweep on the demo models (vLLM CPU, dummy weights), parsed by benchkit.sweeps.sweepfile.
-    Runs that differ only in concurrency share one server start."""
+    Runs that differ only in concurrency share one server start. `engine_cpus`: the server's
+    `engine_cpus` (benchkit.engines.cpus), "" for vLLM's own placement."""
     return sweepspec.parse_sweep({
         "name": name,
         "engine": "vllm",
@@ -21,7 +22,8 @@ def tiny_sweep(demo_models, name: str, methods: list, concurrency: int | list[in
         "server": {"served_model_name": "demo", "dtype": "float32", "max_model_len": 1024, "load_format": "dummy",
                    "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
                    # on the CPU build this fraction of the NUMA node's RAM is reserved (default 0.92)
-                   "extra_args": ["--gpu-memory-utilization", "0.2"]},
+                   "extra_args": ["--gpu-memory-utilization", "0.2"],
+                   **({"engine_cpus": engine_cpus} if engine_cpus else {})},
         "grid": {"tp": [1], "methods": methods,
                  "concurrency": concurrency if isinstance(concurrency, list) else [concurrency],
                  "output_len": [output_len],

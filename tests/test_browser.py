@@ -21,7 +21,7 @@ def measured_sweep(demo_models, settings, tmp_path):
     settings.DRAFTBOARD_RUNS_DIR = tmp_path
     host = get_or_create_host("browser-test")
     spec = tiny_sweep(demo_models, "browser", ["auto", {"method": "draft_model", "num_speculative_tokens": 2}],
-                      concurrency=1, output_len=32, num_prompts=4)
+                      concurrency=1, output_len=32, num_prompts=4, engine_cpus="0")
     sweep = create_sweep(spec, host, source="test", enqueue=False)
     for run in Run.objects.filter(sweep=sweep).order_by("id"):
         execution.execute(run.pk)
@@ -68,5 +68,8 @@ def test_sweep_and_run_pages_render_plots(live_server, measured_sweep, chromium_
         assert page.locator(".js-plotly-plot").count() in ((2,) if heat["z"][0] != [None] else (1, 2))
         page.goto(f"{live_server.url}/runs/{run.pk}/")
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        # the sweep pinned the engine (demo.yaml does too): where each process ran is on the page
+        placed = page.locator("#cpu-placement").inner_text()
+        assert "engine's busy processes on CPUs 0" in placed and "not applied" not in placed, placed
         assert page.locator(".js-plotly-plot").count() == 4  # TTFT, ITL, ICL, tokens per chunk
     assert errors == []

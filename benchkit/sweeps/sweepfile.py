@@ -13,6 +13,9 @@ concurrency x output length x input length x repeat. Layout (every key but `name
     port: 30000                      # pin the server's port (else a free one is chosen at run time)
     server: {dtype, max_model_len, load_format, served_model_name, prefix_caching,
              extra_args, env, endpoint_url, is_demo_model, engine_cpus}
+                                     # engine_cpus: "0" binds vLLM CPU's EngineCore and worker
+                                     # to CPU 0, its API server to the other CPUs
+                                     # (benchkit.engines.cpus: why 2-CPU hosts need it)
     grid:
       tp: [1, 4, 8]
       methods:                       # method variants; lists inside a variant expand

@@ -187,9 +187,7 @@ class Command(BaseCommand):
         out.write("decode speedup = auto median TPOT / config median TPOT; end-to-end = output tok/s ratio; "
                   "[95% bootstrap CI over repeats]; tau = tokens per target step; acc/pos = acceptance rate per "
                   "draft position")
-        head = (f"{'config':<16} {'conc':>4} {'runs':>4} {'out tok/s':>9} {'decode speedup':>20} "
-                f"{'end-to-end':>20} {'tau':>5}  {'acc/pos':<24} lossless")
-        out.write(head)
+        rows = []
         for (label, conc), rs in groups.items():
             counted = [r for r in rs if r.counts]
             sp = by_key.get((label, conc))
@@ -201,11 +199,16 @@ class Command(BaseCommand):
             checks = Counter(getattr(getattr(r, "lossless", None), "verdict", "") or "" for r in counted)
             verdict = ("baseline" if label == AUTO else
                        ", ".join(f"{v or 'none'} {n}/{len(counted)}" for v, n in sorted(checks.items())))
-            out.write(f"{label:<16} {conc:>4} {len(counted):>4} "
-                      f"{statistics.median(tps) if tps else float('nan'):>9.1f} "
-                      f"{_ratio(sp.ratios[DECODE.name]) if sp else '':>20} "
-                      f"{_ratio(sp.ratios[END_TO_END.name]) if sp else '':>20} "
-                      f"{f'{statistics.median(taus):.2f}' if taus else '':>5}  {per_pos[:24]:<24} {verdict}")
+            rows.append((f"{label:<16} {conc:>4} {len(counted):>4} "
+                         f"{statistics.median(tps) if tps else float('nan'):>9.1f} "
+                         f"{_ratio(sp.ratios[DECODE.name]) if sp else '':>20} "
+                         f"{_ratio(sp.ratios[END_TO_END.name]) if sp else '':>20} "
+                         f"{f'{statistics.median(taus):.2f}' if taus else '':>5}  ", per_pos, verdict))
+        width = max([len("acc/pos")] + [len(r[1]) for r in rows])  # every draft position, k=8 included
+        out.write(f"{'config':<16} {'conc':>4} {'runs':>4} {'out tok/s':>9} {'decode speedup':>20} "
+                  f"{'end-to-end':>20} {'tau':>5}  {'acc/pos':<{width}} lossless")
+        for left, per_pos, verdict in rows:
+            out.write(f"{left}{per_pos:<{width}} {verdict}")
         if excluded:
             out.write(verdicts.excluded_line(points, excluded))
         by_run = {p.run_id: p for p in points}
