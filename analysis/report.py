@@ -225,11 +225,12 @@ def answer(headline: dict[str, Any] | None, by_run: dict[int, Point]) -> dict[st
                 continue
             pts = [by_run[r] for r in sp.run_ids if r in by_run]
             rows.append({"tp": row.get("tp"), "concurrency": conc, "label": sp.label,
+                         "winner": not isinstance(cell, Verdict) or cell.winner is not None,
                          "title": method_title(sp.point.method), "ratios": _ratios(sp), "spread": sp.spread,
                          "tok_s": sp.median_output_throughput, "runs": sp.run_ids, "baseline_runs": sp.baseline_run_ids,
                          "verdict": _verdict_words(pts) if pts else "not computed", "mark": mark,
                          "notes": notes})
-    known = {"output_len", "concurrency", "rows", "fastest", "baseline"}
+    known = {"output_len", "concurrency", "rows", "fastest", "baseline", "figures"}  # figures: `choice` says it
     fastest = [{**f, "verdict": _verdict_words([by_run[r] for r in f.get("runs", []) if r in by_run])}
                for f in headline.get("fastest") or []]
     return {"output_len": headline.get("output_len"), "baseline": headline.get("baseline"), "rows": rows,
@@ -268,9 +269,11 @@ def speedup_tables(heatmap: dict[str, Any], points: list[Point], baseline: str) 
                 tau = _cell_median(pts, "acceptance_length")
                 if tau is None:
                     tau = _cell_median(pts, "mean_tokens_per_chunk") if label != "auto" else None
-                second = text.split("<br>", 1)[1] if "<br>" in text else ""
+                lines = text.split("<br>")
+                second = lines[1] if len(lines) > 1 else ""
                 out.append({"value": z, "best": text.startswith("★"), "marked": MARK in text,
                             "spread": "" if second == "single run" else second,
+                            "note": "; ".join(x for x in lines[2:] if x),
                             "measured": bool(pts), "tau": tau,
                             "cost": median(costs.get(p.run_id) for p in pts),
                             "tok_s": _cell_median(pts, SPEED_FIELD)})
