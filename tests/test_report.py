@@ -143,7 +143,8 @@ def test_users_grid_report_compiles_and_reads_back_the_headline(grid, tmp_path):
             assert re.search(rf"At TP{tp} and concurrency {conc}: b15[ ,]", flat), (tp, conc)
     # single runs: the highest point estimate is named, not in bold as a winner
     assert "At TP1 and concurrency 1: b15, the highest point estimate but no winner beyond noise (DDTree" in flat
-    assert re.search(r"end-?\s*to-end speedup 6\.50× auto", flat), flat[flat.find("At TP1"):][:300]  # pdftotext may drop a hyphen at a line break
+    # pdftotext may drop a hyphen at a line break
+    assert re.search(r"end-?\s*to-end speedup 6\.50× auto", flat), flat[flat.find("At TP1"):][:300]
     assert re.search(r"At TP4 and concurrency 8: b15[ ,][^;]*?, 1270\.8 tok/s", flat)
     row = next(ln for ln in text.splitlines() if re.match(r"\s*4\s+8\s+b15\s", ln))
     assert "2.89" in row and "1270.8" in row
@@ -177,7 +178,8 @@ def test_html_report_file_is_self_contained(grid, tmp_path):
     path = call_command_path(grid, tmp_path, "--format", "html")
     html = path.read_text()
     assert path.suffix == ".html" and html.count("<svg") >= 4 and "plotly.min.js" not in html
-    assert "At TP4 and concurrency 8: b15, the highest point estimate but no winner beyond noise" in html and "1270.8 tok/s" in html
+    assert "At TP4 and concurrency 8: b15, the highest point estimate but no winner beyond noise" in html \
+        and "1270.8 tok/s" in html
 
 
 def test_answer_renders_a_headline_cell_in_any_of_its_shapes(grid):
