@@ -282,8 +282,10 @@ def _staff(username: str, *perms: str) -> User:
 def _yaml(env: str = "", extra: str = "") -> str:
     text = (SWEEPS / "demo.yaml").read_text()
     text = text.replace("{demo_target}", "/models/t").replace("{demo_draft}", "/models/d")
+    args = '["--gpu-memory-utilization", "0.2", "--enforce-eager"]'
+    assert args in text and '    VLLM_CPU_KVCACHE_SPACE: "1"' in text, "demo.yaml changed: update _yaml"
     return text.replace('    VLLM_CPU_KVCACHE_SPACE: "1"', '    VLLM_CPU_KVCACHE_SPACE: "1"' + env).replace(
-        '["--gpu-memory-utilization", "0.2"]', '["--gpu-memory-utilization", "0.2"' + extra + "]")
+        args, args[:-1] + extra + "]")
 
 
 def test_staff_without_permission_cannot_create_a_sweep(client):
