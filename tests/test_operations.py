@@ -322,7 +322,7 @@ def test_allowlisted_overrides_are_stored_with_who_in_the_audit_trail(client):
     assert sweep.created_by == "maker" and sweep.runs.count() == planned
     note = RunTransition.objects.filter(run__sweep=sweep).values_list("note", flat=True).first()
     assert note == ("created by maker (admin); server.env {'VLLM_CPU_KVCACHE_SPACE': '1'}; "
-                    "extra args ['--gpu-memory-utilization', '0.2']")
+                    "extra args ['--gpu-memory-utilization', '0.2', '--enforce-eager']")
 
 
 def test_a_superuser_may_use_any_override_and_it_is_marked(admin_client):
