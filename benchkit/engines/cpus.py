@@ -34,6 +34,9 @@ from typing import Any
 
 import psutil
 
+from benchkit.hosts.inventory import cpu_ranges
+from benchkit.hosts.topology import parse_cpu_list
+
 _LIST = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 
@@ -66,30 +69,18 @@ def parse_cpus(text: str, allowed: set[int] | None = None) -> set[int]:
     `os.sched_getaffinity(0)`)."""
     if not isinstance(text, str) or not _LIST.match(text):
         raise CpuPlacementError(f"engine_cpus: {text!r} is not a CPU list (e.g. \"0\", \"0-3\", \"0,2\")")
-    out: set[int] = set()
-    for part in text.replace(" ", "").split(","):
+    compact = "".join(text.split())
+    for part in compact.split(","):
         lo, _, hi = part.partition("-")
-        a, b = int(lo), int(hi or lo)
-        if b < a:
+        if hi and int(hi) < int(lo):
             raise CpuPlacementError(f"engine_cpus: range {part!r} runs backwards")
-        out.update(range(a, b + 1))
+    out = set(parse_cpu_list(compact))
     allowed = set(os.sched_getaffinity(0)) if allowed is None else allowed
     missing = sorted(out - allowed)
     if missing:
-        raise CpuPlacementError(f"engine_cpus: CPU{'s' if len(missing) > 1 else ''} {_ranges(missing)} not usable "
-                                f"here (this process may use CPUs {_ranges(sorted(allowed))})")
+        raise CpuPlacementError(f"engine_cpus: CPU{'s' if len(missing) > 1 else ''} {cpu_ranges(missing)} not usable "
+                                f"here (this process may use CPUs {cpu_ranges(sorted(allowed))})")
     return out
-
-
-def _ranges(ids: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    parts: list[str] = []
-    for i in ids:
-        if parts and i == int(parts[-1].split("-")[-1]) + 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{i}"
-        else:
-            parts.append(str(i))
-    return ",".join(parts)
 
 
 def _bind(pid: int, cpus: set[int]) -> int:
@@ -118,7 +109,7 @@ def place(leader_pid: int, engine_cpus: str, placement: CpuPlacement) -> dict[st
     frontend = allowed - engine
     leader = psutil.Process(leader_pid)
     procs = [leader, *leader.children(recursive=True)]
-    record: dict[str, Any] = {"engine_cpus": _ranges(sorted(engine)), "frontend_cpus": _ranges(sorted(frontend)),
+    record: dict[str, Any] = {"engine_cpus": cpu_ranges(sorted(engine)), "frontend_cpus": cpu_ranges(sorted(frontend)),
                               "processes": [], "missing": []}
     found: set[str] = set()
     for p in procs:
@@ -138,6 +129,6 @@ def place(leader_pid: int, engine_cpus: str, placement: CpuPlacement) -> dict[st
             record["processes"].append({"pid": p.pid, "name": name, "cpus": "", "threads": 0,
                                         "error": f"{type(exc).__name__}: {exc}"})
             continue
-        record["processes"].append({"pid": p.pid, "name": name, "cpus": _ranges(sorted(target)), "threads": threads})
+        record["processes"].append({"pid": p.pid, "name": name, "cpus": cpu_ranges(sorted(target)), "threads": threads})
     record["missing"] = [b for b in placement.busy_names if b not in found]
     return record
