@@ -47,3 +47,20 @@ def test_ratio_formats():
     assert _ratio(Ratio(value=1.234, ci95=(1.1, 1.3))) == "1.23x [1.10-1.30]"
     # the baseline's median TPOT is 0 (everything in the first message): no 0.00x drawn as data
     assert _ratio(Ratio(value=0.0, ci95=(0.0, 0.0), median=1.6, baseline_median=0.0)) == "- (median 0)"
+
+
+def test_every_draft_position_is_printed_and_the_columns_stay_aligned():
+    """k=8 has eight acceptance rates; the table once cut the column at 24 characters (five)."""
+    sweep = make_sweep(is_demo=True)
+    finish_run(make_run(sweep, "auto"), gap_ms=10.0)
+    rates = [0.9, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    run = finish_run(make_run(sweep, "draft_model", k=8), gap_ms=5.0,
+                     spec_decode={"acceptance_length": 4.6, "per_position_acceptance_rate": rates})
+    LosslessCheck.objects.create(run=run, verdict="lossless", sentence="x")
+    out = io.StringIO()
+    Command(stdout=out)._summary(sweep)
+    lines = out.getvalue().splitlines()
+    line = next(x for x in lines if x.startswith("draft_model k=8"))
+    assert "0.90 0.70 0.60 0.50 0.40 0.30 0.20 0.10" in line and line.endswith("lossless 1/1")
+    head = next(x for x in lines if x.startswith("config"))
+    assert head.index("lossless") == line.index("lossless 1/1")
