@@ -107,10 +107,12 @@ def _groups(points) -> dict[tuple, dict[int, list]]:
     return out
 
 
-def recommend_for(points, inputs, tp: int, concurrency: int) -> PanelEntry:
+def recommend_for(points, inputs, tp: int, concurrency: int, grouped: dict | None = None) -> PanelEntry:
     """The ranking at (TP, B) from `points` (benchkit.point.Points with median_tpot_ms and
-    acceptance_length; several hosts or models: the group with the most points at this TP)."""
-    groups = [(key, by_b) for key, by_b in _groups(points).items() if key[2] == tp]
+    acceptance_length; several hosts or models: the group with the most points at this TP).
+    `grouped`: `_groups(points)` when the caller already has it (panel asks once per page)."""
+    grouped = _groups(points) if grouped is None else grouped
+    groups = [(key, by_b) for key, by_b in grouped.items() if key[2] == tp]
     if not groups:
         return PanelEntry(tp, concurrency, False, error=f"no counted run at TP {tp}")
     key, by_b = max(groups, key=lambda kv: sum(len(v) for v in kv[1].values()))
@@ -133,7 +135,8 @@ def recommend_for(points, inputs, tp: int, concurrency: int) -> PanelEntry:
 def panel(points, inputs) -> list[PanelEntry]:
     """One entry per measured (TP, B) of `points`, TP then B ascending."""
     pairs = sorted({(p.tp, p.concurrency) for p in points if p.concurrency})
-    return [recommend_for(points, inputs, tp, b) for tp, b in pairs]
+    grouped = _groups(points)
+    return [recommend_for(points, inputs, tp, b, grouped) for tp, b in pairs]
 
 
 def _interval(e) -> str:

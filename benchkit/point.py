@@ -88,8 +88,7 @@ class _Figures:
     def __getattr__(self, name: str) -> Any:
         # called only when normal lookup failed: an unset figure slot or an unknown name
         if name in _FIGURE_SET:
-            raise AttributeError(f"figure {name!r} was not loaded on this point (loaded: "
-                                 f"{', '.join(self.figures()) or 'none'}); load it with the selector's figures")
+            raise _NotLoaded(self, name)
         raise AttributeError(f"{type(self).__name__} has no field or figure {name!r}")
 
     def figures(self) -> dict[str, Any]:
@@ -104,6 +103,20 @@ class _Figures:
 
 
 _FIGURE_SET = frozenset(FIGURE_NAMES)
+
+
+class _NotLoaded(AttributeError):
+    """A figure slot that was not loaded. The message (which lists the loaded figures) is built
+    only when shown: `getattr(point, name, default)` on a sweep page's thousands of points
+    catches this without reading it."""
+
+    def __init__(self, point: _Figures, name: str) -> None:
+        super().__init__(name)
+        self.point, self.figure = point, name
+
+    def __str__(self) -> str:
+        return (f"figure {self.figure!r} was not loaded on this point (loaded: "
+                f"{', '.join(self.point.figures()) or 'none'}); load it with the selector's figures")
 
 
 @lru_cache(maxsize=1024)

@@ -57,14 +57,19 @@ from benchmarks._common import pct, print_table  # noqa: E402
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/draftboard_hist_bench"
 NIGHTS = 30
 METHODS = [("auto", None), ("linear", None), ("ddtree", 15), ("ddtree", 16), ("ddtree", 32), ("ddtree", 64)]
-SHAPES = {  # level -> (concurrency, output_len, input_len, repeats)
-    1000: ([1, 8], [1024], [512], 1),
-    10000: ([1, 2, 4, 8, 16, 32], [1024], [512], 3),
-    100000: ([1, 2, 4, 8, 16, 32], [128, 256, 512, 1024, 2048], [512, 2048], 3),
-    1000000: ([1, 2, 4, 8, 16, 32], [128, 256, 512, 1024, 2048], [512, 2048], 3),
+SHAPES = {  # name -> (concurrency, output_len, input_len, repeats); runs per night = 18 x the product
+    "users": ([1, 8], [1024], [512], 1),  # 36 runs
+    "wide": ([1, 2, 4, 8, 16, 32], [1024], [512], 3),  # 324 runs
+    "widest": ([1, 2, 4, 8, 16, 32], [128, 256, 512, 1024, 2048], [512, 2048], 3),  # 3 240 runs
 }
-#: Nights copied by PostgreSQL (INSERT ... SELECT) before the seeded ones, per level.
-COPIED_NIGHTS = {1000000: 278}
+#: level -> the series' eras, oldest first: (shape, nights stored by the ORM, nights copied by
+#: PostgreSQL from the era's first night). The last era is the NIGHTS nights the pages show.
+LEVELS = {
+    1000: [("users", NIGHTS, 0)],
+    10000: [("wide", NIGHTS, 0)],
+    100000: [("widest", 2, 26), ("wide", NIGHTS, 0)],
+    1000000: [("widest", 2, 304), ("wide", NIGHTS, 0)],
+}
 P95_TARGET_MS, BYTES_TARGET = 150.0, 500_000
 
 
@@ -81,8 +86,12 @@ def recreate_database(url: str) -> None:
 
 
 def seed(level: int, rng: np.random.Generator) -> dict:
-    """Store NIGHTS sweeps of the level's shape (bulk; before them, at the 1M level, night 1 and
-    its COPIED_NIGHTS copies), then judge the last night. Returns ids."""
+    """Store the level's eras of one nightly series (LEVELS: each era's first night and its
+    other ORM nights by bulk_create, its copies by PostgreSQL), then judge the last night.
+    Returns ids: "sweeps" (the shown era's nights, oldest first), "widest" (the last two ORM
+    nights of a "widest" era, when the level has one), host, series, detection time and flags."""
+    import dataclasses
+
     from django.db import connection
 
     from benchkit.measure.metrics import METRIC_FIELDS
@@ -97,47 +106,39 @@ def seed(level: int, rng: np.random.Generator) -> dict:
     with connection.cursor() as cur:  # a clean slate per level
         cur.execute("TRUNCATE runs_regressionflag, runs_runmetrics, runs_runtransition, runs_requestlogblob, "
                     "runs_gpulease, runs_run, runs_sweep, runs_gpu, runs_hardwaresnapshot, runs_host CASCADE")
-    conc, outs, ins, repeats = SHAPES[level]
-    start = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
+    eras = LEVELS[level]
+    older = sum(orm + copied for _, orm, copied in eras[:-1])
+    start = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)  # night 1 of the shown era
+    first_at = start - timedelta(days=older)
     host = Host.objects.create(name="ws-pcie8")
-    import dataclasses
-
     inv = pcie8_inventory()
     s1 = record_inventory(host, dataclasses.replace(inv, driver_version="575.57.08"))
     s2 = record_inventory(host, dataclasses.replace(inv, driver_version="580.65.06"))
-    HardwareSnapshot.objects.filter(pk=s1.pk).update(taken_at=start - timedelta(days=1))
+    HardwareSnapshot.objects.filter(pk=s1.pk).update(taken_at=first_at - timedelta(days=1))
     HardwareSnapshot.objects.filter(pk=s2.pk).update(taken_at=start + timedelta(days=9, hours=-1))
     gpus = {1: [GpuRef(index=0, uuid=UUIDS[0])], 4: [GpuRef(index=i, uuid=UUIDS[i]) for i in range(4)],
             8: [GpuRef(index=i, uuid=UUIDS[i]) for i in range(8)]}
-    specs = []
-    for tp in (1, 4, 8):
-        for method, budget in METHODS:
-            for c in conc:
-                for o in outs:
-                    for i in ins:
-                        for r in range(repeats):
-                            specs.append(RunSpec(
-                                server=ServerConfig(engine="sglang", engine_build="sglang-ddtree-pr",
-                                                    model="/models/Qwen3.5-27B", method=method, tree_budget=budget,
-                                                    drafter="" if method == "auto" else "/models/Qwen3.5-27B-DFlash",
-                                                    tp=tp),
-                                workload=WorkloadSpec(concurrency=c, output_len=o, input_len=i, num_prompts=64,
-                                                      ignore_eos=True),
-                                gpus=gpus[tp], repeat_index=r))
-    per_spec = [(s, s.to_dict(), run_fields(s), s.point_key()) for s in specs]
+
+    def grid(shape: str) -> list[tuple]:
+        conc, outs, ins, repeats = SHAPES[shape]
+        specs = [RunSpec(server=ServerConfig(engine="sglang", engine_build="sglang-ddtree-pr",
+                                             model="/models/Qwen3.5-27B", method=method, tree_budget=budget,
+                                             drafter="" if method == "auto" else "/models/Qwen3.5-27B-DFlash",
+                                             tp=tp),
+                         workload=WorkloadSpec(concurrency=c, output_len=o, input_len=i, num_prompts=64,
+                                               ignore_eos=True),
+                         gpus=gpus[tp], repeat_index=r)
+                 for tp in (1, 4, 8) for method, budget in METHODS for c in conc for o in outs for i in ins
+                 for r in range(repeats)]
+        return [(s, s.to_dict(), run_fields(s), s.point_key()) for s in specs]
+
     numeric = [f for f in METRIC_FIELDS if f.kind in (int, float)]
     log_tail = ("INFO sglang server ready; " * 80)[:2000]
-    sweeps = []
-    copies = COPIED_NIGHTS.get(level, 0)
-    first = 1 - (copies + 1 if copies else 0)  # night 1 - copies - 1: the template, then its copies
-    for night in range(first, NIGHTS + 1):
-        if copies and first < night <= first + copies:
-            continue  # copied below, from the template night
-        at = start + timedelta(days=night - 1)
+
+    def store_night(per_spec: list[tuple], at: datetime, version: str, planted: bool) -> int:
         sweep = Sweep.objects.create(name="users-grid-wide", host=host, source="sweeps/users-grid-wide.yaml",
                                      spec={"name": "users-grid-wide"})
         Sweep.objects.filter(pk=sweep.pk).update(created_at=at)
-        version = "0.5.3" if night > 20 else "0.5.2"
         runs = [Run(sweep=sweep, host=host, point_key=key, spec=sd, state=RunState.SUCCEEDED, started_at=at,
                     finished_at=at + timedelta(minutes=1), engine_version=version,
                     argv=["python", "-m", "sglang.launch_server", "--tp-size", str(s.server.tp)],
@@ -148,7 +149,7 @@ def seed(level: int, rng: np.random.Generator) -> dict:
             label = run.method_label
             c = run.concurrency if run.concurrency in (1, 8) else (1 if run.concurrency < 8 else 8)
             tok = target_tok_s(label, run.tp, c) * (run.concurrency / c) ** 0.5 * (1 + rng.uniform(-0.02, 0.02))
-            if night >= NIGHTS - 1 and (label, run.tp, run.concurrency) == ("linear", 8, 1):
+            if planted and (label, run.tp, run.concurrency) == ("linear", 8, 1):
                 tok *= 0.75
             values = {f.name: float(rng.uniform(1, 100)) if f.kind is float else int(rng.integers(1, 1000))
                       for f in numeric}
@@ -159,12 +160,29 @@ def seed(level: int, rng: np.random.Generator) -> dict:
                 k: [round(float(x), 3) for x in rng.gamma(2, 5, 64)] for k in ("ttft_ms", "itl_ms", "icl_ms",
                                                                               "tokens_per_chunk")}))
         RunMetrics.objects.bulk_create(rows, batch_size=2000)
-        sweeps.append(sweep.pk)
-        if copies and night == first:
-            t0 = time.perf_counter()
-            dates = [start + timedelta(days=n - 1) for n in range(first + 1, first + 1 + copies)]
-            sweeps += copy_nights(sweep.pk, dates)
-            print(f"  {copies} nights copied by PostgreSQL in {time.perf_counter() - t0:.0f} s", flush=True)
+        return sweep.pk
+
+    at = first_at
+    widest: list[int] = []
+    for n_era, (shape, orm, copied) in enumerate(eras):
+        per_spec = grid(shape)
+        shown = n_era == len(eras) - 1
+        era = []
+        for night in range(1, orm + 1):
+            version = ("0.5.3" if night > 20 else "0.5.2") if shown else "0.5.1"
+            era.append(store_night(per_spec, at, version, shown and night >= NIGHTS - 1))
+            at += timedelta(days=1)
+            if night == 1 and copied:
+                t0 = time.perf_counter()
+                dates = [at + timedelta(days=k) for k in range(copied)]
+                copy_nights(era[0], dates)
+                at += timedelta(days=copied)
+                print(f"  {copied} nights of {len(per_spec)} runs copied by PostgreSQL in "
+                      f"{time.perf_counter() - t0:.0f} s", flush=True)
+        if shape == "widest":
+            widest = era[-2:]
+    sweeps = era
+    assert at == start + timedelta(days=NIGHTS), "the shown era ends on its NIGHTS-th night"
     assert AR_TOK_S  # the users' figures come from tests/nightly.py
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
@@ -174,8 +192,8 @@ def seed(level: int, rng: np.random.Generator) -> dict:
     det = regressions.detect_for_sweep(sweeps[-1])
     detect_ms = (time.perf_counter() - t0) * 1000
     flags = RegressionFlag.objects.count()
-    return {"sweeps": sweeps, "host": host.name, "series": "users-grid-wide", "detect_ms": detect_ms,
-            "flags": flags, "runs": Run.objects.count(), "last_flags": len(det.flagged)}
+    return {"sweeps": sweeps, "widest": widest, "host": host.name, "series": "users-grid-wide",
+            "detect_ms": detect_ms, "flags": flags, "runs": Run.objects.count(), "last_flags": len(det.flagged)}
 
 
 def copy_nights(template: int, dates: list[datetime]) -> list[int]:
@@ -221,16 +239,13 @@ def build_summaries() -> float:
     return time.perf_counter() - t0
 
 
-def measure(ids: dict, rounds: int) -> list[list]:
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
+def pages_for(ids: dict) -> list[tuple[str, str]]:
+    """(name, URL) of every page measured at a level: the dashboard's pages over the shown era
+    (the same content at every level), the same pages over two "widest" nights (3 240 runs each)
+    where the level has them, and the admin's lists (run list plain, filtered, searched; metrics
+    list; a widest sweep's change page)."""
+    from runs.models import Run
 
-    # as a served process is (benchsite/wsgi.py): the loaded site, then what is alive now, frozen
-    # out of the garbage collector's reach; what each request allocates is collected as usual
-    from benchsite.wsgi import freeze_startup_heap
-
-    freeze_startup_heap()
     last, prev = ids["sweeps"][-1], ids["sweeps"][-2]
     trend_q = f"?host={ids['host']}&series={ids['series']}"
     pages = [
@@ -239,7 +254,47 @@ def measure(ids: dict, rounds: int) -> list[list]:
         ("compare", f"/compare/?old={prev}&new={last}"), ("compare JSON", f"/compare/data.json?old={prev}&new={last}"),
         ("trend", f"/trend/{trend_q}"), ("trend JSON", f"/trend/data.json{trend_q}"),
     ]
+    if ids.get("widest"):
+        wprev, wlast = ids["widest"]
+        pages += [
+            ("sweep, 3 240 runs", f"/sweeps/{wlast}/"), ("sweep JSON, 3 240 runs", f"/sweeps/{wlast}/data.json"),
+            ("compare, 3 240 runs", f"/compare/?old={wprev}&new={wlast}"),
+            ("compare JSON, 3 240 runs", f"/compare/data.json?old={wprev}&new={wlast}"),
+        ]
+    key = Run.objects.filter(sweep_id=last).order_by("pk").values_list("point_key", flat=True).first()
+    pages += [
+        ("admin: runs", "/admin/runs/run/"),
+        ("admin: runs, TP 8", "/admin/runs/run/?tp=8"),
+        ("admin: runs, failed", "/admin/runs/run/?state__exact=failed"),
+        ("admin: runs, search point", f"/admin/runs/run/?q=%5E{key[:10]}"),
+        ("admin: runs, search model", "/admin/runs/run/?q=qwen3.5"),
+        ("admin: runs, search rare", "/admin/runs/run/?q=out+of+memory"),
+        ("admin: metrics", "/admin/runs/runmetrics/"),
+    ]
+    if ids.get("widest"):
+        pages.append(("admin: sweep, 3 240 runs", f"/admin/runs/sweep/{ids['widest'][-1]}/change/"))
+    return pages
+
+
+def measure(ids: dict, rounds: int) -> list[list]:
+    """Fetch each of `pages_for(ids)` 2 + `rounds` times (+1 counting queries) as a logged-in
+    superuser; rows of [page, p50 ms, p95 ms, web CPU p50 ms, bytes, queries, within budget]."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    # as a served process is (benchsite/wsgi.py): the loaded site, then what is alive now, frozen
+    # out of the garbage collector's reach; what each request allocates is collected as usual
+    from benchsite.wsgi import freeze_startup_heap
+
+    user = get_user_model().objects.filter(username="bench").first()
+    if user is None:
+        user = get_user_model().objects.create_superuser("bench", "bench@example.org", "bench-password")
+    pages = pages_for(ids)
     client = Client()
+    client.force_login(user)
+    freeze_startup_heap()
     out = []
     for name, url in pages:
         for _ in range(2):
@@ -272,9 +327,9 @@ def main() -> int:
                     help="with --measure-only: keep the stored summaries as they are (else rebuilt first)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    unknown = [lv for lv in levels if lv not in SHAPES]
+    unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
-        ap.error(f"--levels: known levels are {', '.join(map(str, SHAPES))}")
+        ap.error(f"--levels: known levels are {', '.join(map(str, LEVELS))}")
     try:
         if not args.measure_only:
             recreate_database(args.database_url)
@@ -295,19 +350,24 @@ def main() -> int:
     if args.measure_only:
         from runs.models import RegressionFlag, Run, Sweep
 
-        sweeps = list(Sweep.objects.order_by("created_at", "pk").values_list("pk", flat=True))
+        every = list(Sweep.objects.order_by("created_at", "pk").values_list("pk", flat=True))
+        sweeps, older = every[-NIGHTS:], every[:-NIGHTS]
+        # the two nights before the shown era, where they are "widest" ones (the 100k and 1M levels)
+        widest = older[-2:] if len(older) >= 2 and Run.objects.filter(sweep_id=older[-1]).count() == 3240 else []
         levels = [Run.objects.count()]
     for level in levels:
         t0 = time.perf_counter()
         if args.measure_only:
-            ids = {"sweeps": sweeps, "host": "ws-pcie8", "series": "users-grid-wide", "detect_ms": float("nan"),
-                   "flags": RegressionFlag.objects.count(), "runs": level}
+            ids = {"sweeps": sweeps, "widest": widest, "host": "ws-pcie8", "series": "users-grid-wide",
+                   "detect_ms": float("nan"), "flags": RegressionFlag.objects.count(), "runs": level}
         else:
             ids = seed(level, rng)
         seed_s = time.perf_counter() - t0
-        n_sweeps = len(ids["sweeps"])
         build_s = float("nan") if args.measure_only and args.keep_summaries else build_summaries()
-        print(f"\n== {ids['runs']} runs in {n_sweeps} nightly sweeps of {ids['runs'] // n_sweeps} runs "
+        eras = "measured as stored" if args.measure_only else " then ".join(
+            f"{orm + copied} nights of {18 * np.prod([len(x) for x in SHAPES[shape][:3]]) * SHAPES[shape][3]} runs"
+            for shape, orm, copied in LEVELS[level])
+        print(f"\n== {ids['runs']} runs: {eras}; the pages show the last {NIGHTS} "
               f"(seeded in {seed_s:.0f} s; regression detection of the last night {ids['detect_ms']:.0f} ms, "
               f"{ids['flags']} flag(s) stored over the last 4 nights; summaries built in {build_s:.1f} s)",
               flush=True)
@@ -323,10 +383,14 @@ def main() -> int:
             print_table(["page", "p50 ms", "p95 ms", "web CPU p50 ms", "bytes", "queries", "within budget"], rows)
             summary.append((f"{ids['runs']} live", {r[0]: r for r in rows}))
             build_summaries()
-    print("\n== summary: p95 ms / bytes / queries per page as runs grow")
-    names = list(summary[0][1])
-    print_table(["page", *[name for name, _ in summary]],
-                [[name, *[f"{rows[name][2]:.1f} / {rows[name][4]} / {rows[name][5]}" for _, rows in summary]]
+    print("\n== summary: p95 ms / bytes / queries per page as runs grow; last column: p95 of the last "
+          "column over the first where both have the page (goal: <= 1.5)")
+    names = list(dict.fromkeys(name for _, rows in summary for name in rows))
+    first, final = summary[0][1], summary[-1][1]
+    print_table(["page", *[name for name, _ in summary], "p95 ratio"],
+                [[name, *[f"{rows[name][2]:.1f} / {rows[name][4]} / {rows[name][5]}" if name in rows else "-"
+                          for _, rows in summary],
+                  f"{final[name][2] / first[name][2]:.2f}" if name in first and name in final else "-"]
                  for name in names])
     return 0
 

@@ -32,6 +32,7 @@ budget in turn and predicts it from the rest. Pure functions over `MeasuredPoint
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -106,7 +107,11 @@ class Estimate:
         return self.low <= x <= self.high
 
 
+@functools.lru_cache(maxsize=256)
 def _t(dof: int) -> float:
+    """Student's t quantile at 0.5 + LEVEL / 2 for `dof` degrees of freedom (scipy.stats.t.ppf);
+    cached: a sweep page asks for a few distinct dofs thousands of times, and each scipy call
+    costs about 0.1 ms."""
     return float(stats.t.ppf(0.5 + LEVEL / 2, dof))
 
 
@@ -172,11 +177,15 @@ class StepCostFit:
             row.append(max(0.0, v - self.knee_tokens_per_step))
         return np.array(row)
 
+    @functools.cached_property
+    def _ols(self) -> _Ols:
+        """The fit as arrays, built once per fit (a sweep page predicts thousands of candidates)."""
+        return _Ols(np.array(self.coef[: 3 if self.knee_tokens_per_step is not None else 2]), np.array(self.cov),
+                    self.residual_sd, self.dof)
+
     def predict(self, verified_tokens_per_step: float) -> Estimate:
         """Relative step cost at V, with its prediction interval (None when dof is 0)."""
-        ols = _Ols(np.array(self.coef[: 3 if self.knee_tokens_per_step is not None else 2]), np.array(self.cov),
-                   self.residual_sd, self.dof)
-        value, se = ols.predict(self._row(verified_tokens_per_step))
+        value, se = self._ols.predict(self._row(verified_tokens_per_step))
         return _estimate(1.0 + value, se, self.dof, lo_clip=0.0)
 
     def extrapolates(self, verified_tokens_per_step: float) -> bool:
@@ -303,10 +312,14 @@ class TreeAcceptanceFit:
 
     def predict(self, budget: int) -> Estimate:
         """tau at `budget`, clamped to [1, budget + 1], with its prediction interval."""
-        ols = _Ols(np.array(self.coef), np.array(self.cov), self.residual_sd, self.dof)
-        value, se = ols.predict(np.array([1.0, math.log1p(budget)]))
+        value, se = self._ols.predict(np.array([1.0, math.log1p(budget)]))
         est = _estimate(value, se, self.dof, lo_clip=1.0, hi_clip=budget + 1.0)
         return replace(est, value=min(max(est.value, 1.0), budget + 1.0))
+
+    @functools.cached_property
+    def _ols(self) -> _Ols:
+        """The fit as arrays, built once per fit."""
+        return _Ols(np.array(self.coef), np.array(self.cov), self.residual_sd, self.dof)
 
     def extrapolates(self, budget: int) -> bool:
         """Budget outside the measured ones' range."""

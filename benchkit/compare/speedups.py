@@ -250,4 +250,4 @@ def best_by(speedups: Iterable[Speedup], group: Callable[[Speedup], Any]) -> dic
 def inconsistent_gpu_tps(points: Iterable[Point]) -> list[int]:
     """TP degrees whose runs did not all use the same GPUs (DOMAIN.md: TP1 on GPU1 vs GPU0);
     see benchkit.hosts.allocation.inconsistent_tp_gpus."""
-    return inconsistent_tp_gpus([(p.tp, list(p.gpu_uuids)) for p in points])
+    return inconsistent_tp_gpus([(p.tp, p.gpu_uuids) for p in points])
