@@ -16,6 +16,7 @@ urlpatterns = [
     path("trend/data.json", views.trend_data, name="trend_data"),
     path("sweeps/<int:pk>/", views.sweep_detail, name="sweep_detail"),
     path("sweeps/<int:pk>/data.json", views.sweep_data, name="sweep_data"),
+    path("sweeps/<int:pk>/what-to-run/", views.sweep_what_to_run, name="sweep_what_to_run"),
     path("sweeps/<int:pk>/runs/", views.sweep_runs, name="sweep_runs"),
     path("sweeps/<int:pk>/progress.json", views.sweep_progress, name="sweep_progress"),
     path("sweeps/<int:pk>/export.<str:fmt>", views.sweep_export, name="sweep_export"),

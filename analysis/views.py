@@ -77,12 +77,28 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
         return bad_query(exc)
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
                                      selectors.failure_counts(pk))
-    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
-    ctx.update(ridge_figure=ceilings.ridge_figure(points, inputs), what_to_run=recommend.panel_context(points, inputs))
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
                hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
                all_hosts_query=selection.query(host=()))
     return render(request, "analysis/sweep_detail.html", ctx)
+
+
+def sweep_what_to_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """The sweep page's ceilings figure and "what to run" panel (analysis.ceilings,
+    analysis.recommend) as an HTML fragment for the same query parameters as the page, which
+    its script loads after the page (like the figures from `sweep_data`): fitting the cost
+    model for every (TP, concurrency) costs more than the rest of the page."""
+    sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
+    try:
+        _, _, points = _sweep_points(request, pk)
+    except QueryError as exc:
+        return bad_query(exc)
+    if not points:
+        return HttpResponse('<p class="empty">No counted runs in this selection: nothing to fit.</p>')
+    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+    return render(request, "analysis/_what_to_run.html",
+                  {"sweep": sweep, "ridge_figure": ceilings.ridge_figure(points, inputs),
+                   "what_to_run": recommend.panel_context(points, inputs)})
 
 
 def sweep_data(request: HttpRequest, pk: int) -> JsonResponse | HttpResponse:

@@ -252,7 +252,8 @@ def build_summaries() -> float:
 
 def pages_for(ids: dict) -> list[tuple[str, str]]:
     """(name, URL) of every page measured at a level: the dashboard's pages over the shown era
-    (the same content at every level), the same pages over two "widest" nights (3 240 runs each)
+    (the same content at every level; the sweep page's what-to-run fragment, which its script
+    loads after it, counted as a page of its own), the same pages over two "widest" nights (3 240 runs each)
     where the level has them, and the admin's lists (run list plain, filtered, searched; metrics
     list; a widest sweep's change page)."""
     from runs.models import Run
@@ -262,6 +263,7 @@ def pages_for(ids: dict) -> list[tuple[str, str]]:
     pages = [
         ("home", "/"), ("home JSON", "/home.json"),
         ("sweep", f"/sweeps/{last}/"), ("sweep JSON", f"/sweeps/{last}/data.json"),
+        ("sweep: what to run", f"/sweeps/{last}/what-to-run/"),
         ("compare", f"/compare/?old={prev}&new={last}"), ("compare JSON", f"/compare/data.json?old={prev}&new={last}"),
         ("trend", f"/trend/{trend_q}"), ("trend JSON", f"/trend/data.json{trend_q}"),
     ]
@@ -269,6 +271,7 @@ def pages_for(ids: dict) -> list[tuple[str, str]]:
         wprev, wlast = ids["widest"]
         pages += [
             ("sweep, 3 240 runs", f"/sweeps/{wlast}/"), ("sweep JSON, 3 240 runs", f"/sweeps/{wlast}/data.json"),
+            ("sweep: what to run, 3 240 runs", f"/sweeps/{wlast}/what-to-run/"),
             ("compare, 3 240 runs", f"/compare/?old={wprev}&new={wlast}"),
             ("compare JSON, 3 240 runs", f"/compare/data.json?old={wprev}&new={wlast}"),
         ]

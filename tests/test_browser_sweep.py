@@ -39,6 +39,9 @@ def test_users_grid_sweep_page_reads_right(live_server, users_grid, chromium_pat
         page.goto(f"{live_server.url}/sweeps/{users_grid}/")
         page.wait_for_selector("#sweep-figures[data-state=ready]", timeout=30_000)
         assert page.locator("#sweep-figures .js-plotly-plot").count() == 4  # every figure has data
+        # the what-to-run panel arrives after the page, as a fragment of the same selection
+        page.wait_for_selector("#what-to-run-slot[data-state=ready]", timeout=30_000)
+        assert page.locator("#what-to-run-slot #what-to-run h2").inner_text().startswith("What to run")
 
         heat = page.evaluate(READ_HEATMAP)
         assert [t["meta"]["speedup"] for t in heat] == ["decode", "end_to_end"]  # the default, stated on the page

@@ -27,7 +27,7 @@ def sweep():
 
 
 def test_sweep_page_shows_speedup_and_demo_label(client, sweep, django_assert_num_queries):
-    with django_assert_num_queries(10):  # the sweep's hosts; its (absent) stored summary; 3: the ceilings' inputs
+    with django_assert_num_queries(7):  # the sweep's hosts; its (absent) stored summary (the ceilings: the fragment)
         resp = client.get(reverse("analysis:sweep_detail", args=[sweep.pk]))
     html = resp.content.decode()
     assert resp.status_code == 200

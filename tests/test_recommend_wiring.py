@@ -70,8 +70,16 @@ def test_unmeasured_tp8_concurrency_16_and_write_sweep(tmp_path):
 
 
 def test_sweep_page_panel_and_ridge_figure(client):
+    """The page names the fragment its script loads (same selection); the fragment holds the
+    panel and the ceilings figure, and a query the page refuses is refused there too."""
     sweep = make_users_grid()
     seed()
-    html = client.get(reverse("analysis:sweep_detail", args=[sweep.pk])).content.decode()
-    assert 'id="what-to-run"' in html and "TP 4 · concurrency 8" in html
-    assert 'id="fig-ridge-plot"' in html
+    html = client.get(reverse("analysis:sweep_detail", args=[sweep.pk]) + "?tp=4").content.decode()
+    url = reverse("analysis:sweep_what_to_run", args=[sweep.pk])
+    assert f'id="what-to-run-slot" data-url="{url}?tp=4"' in html and 'id="what-to-run"' not in html
+    fragment = client.get(url).content.decode()
+    assert 'id="what-to-run"' in fragment and "TP 4 · concurrency 8" in fragment
+    assert 'id="fig-ridge-plot"' in fragment
+    only_tp4 = client.get(url + "?tp=4").content.decode()
+    assert "TP 4 · concurrency 8" in only_tp4 and "TP 1 · concurrency" not in only_tp4
+    assert client.get(url + "?tp=banana").status_code == 400

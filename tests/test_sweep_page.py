@@ -163,8 +163,8 @@ def test_run_list_is_paginated_and_filtered(client, grid, monkeypatch):
 #: summary first (runs.models.SweepSummary; none here: the services rebuild it on commit, and a
 #: test's transaction never commits), then the runs: one query more each.
 #: sweep_detail and run_detail: + 3 for the ceilings (GPU specs, model configs, hosts' GPU models).
-QUERIES = {"sweep_detail": 10, "sweep_data": 4, "sweep_runs": 4, "run_detail": 5}
-FILTERED_QUERIES = {"sweep_detail": 12, "sweep_data": 6}
+QUERIES = {"sweep_detail": 7, "sweep_data": 4, "sweep_what_to_run": 6, "sweep_runs": 4, "run_detail": 5}
+FILTERED_QUERIES = {"sweep_detail": 9, "sweep_data": 6, "sweep_what_to_run": 8}
 
 
 def test_query_counts_do_not_grow_with_runs(client, admin_client, django_assert_num_queries):

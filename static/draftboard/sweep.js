@@ -93,4 +93,28 @@
       p.textContent = "Could not draw the figures: " + err.message;
       root.prepend(p);
     });
+
+  // The ceilings figure and "what to run" panel: an HTML fragment of the same selection, loaded
+  // after the page (fitting the cost model costs more than the rest of the page).
+  var slot = document.getElementById("what-to-run-slot");
+  if (slot) {
+    fetch(slot.dataset.url, {headers: {"Accept": "text/html"}})
+      .then(function (r) {
+        if (!r.ok) { throw new Error("HTTP " + r.status); }
+        return r.text();
+      })
+      .then(function (html) {
+        slot.innerHTML = html;
+        if (window.draftboardFigures) { window.draftboardFigures(slot); }
+        slot.dataset.state = "ready";
+      })
+      .catch(function (err) {
+        slot.dataset.state = "error";
+        slot.innerHTML = "";
+        var p = document.createElement("p");
+        p.className = "banner bad";
+        p.textContent = "Could not load the what-to-run panel: " + err.message;
+        slot.appendChild(p);
+      });
+  }
 })();
