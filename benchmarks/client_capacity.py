@@ -270,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-no-pump", action="store_true",
                     help="a task per request writes each token message through aiohttp instead of each server "
                          "process's one pump (the fleet before issue 22's end; same bytes, more CPU per message)")
+    ap.add_argument("--server-poll-ms", type=float, default=0.0,
+                    help="server processes poll their loop instead of sleeping when the next message is due "
+                         "within this many ms (asyncio sleeps whole ms: about 1 ms of lateness otherwise); "
+                         "each then keeps its core busy, so its CPU share reads about 1")
     ap.add_argument("--continuous-usage", action="store_true",
                     help="ask for usage on every message (stream_options.continuous_usage_stats)")
     args = ap.parse_args(argv)
@@ -307,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(cores)} cores: synthetic server x{n_server} on {server_cores}, clients on {client_cores}")
     writes = "a task per request" if args.server_no_pump else "one pump per process"
     spread = "spread by SO_REUSEPORT" if args.server_reuseport else "handed round-robin to the processes"
-    print(f"server: token messages written by {writes}, connections {spread}")
+    poll = f", polling when the next is due within {args.server_poll_ms:g} ms" if args.server_poll_ms else ""
+    print(f"server: token messages written by {writes}{poll}, connections {spread}")
     print(f"per level: concurrency {args.concurrency}, {args.output_len} tokens per request (1 per message), "
           f"about {args.seconds:g} s measured, TTFT {args.ttft_ms:g} ms; pass = no failure and "
           f"|timing error| p99 < {ERROR_LIMIT_MS:g} ms")
@@ -319,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         fleet = SyntheticFleet(server_cores, balance=not args.server_reuseport, pump=not args.server_no_pump,
-                               ttft_ms=args.ttft_ms, gap_ms=10.0)
+                               pump_poll_ms=args.server_poll_ms, ttft_ms=args.ttft_ms, gap_ms=10.0)
         with fleet as url:
             for ci, (name, n_proc) in enumerate(clients):
                 rate, level = args.start_rate, 0

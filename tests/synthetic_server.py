@@ -123,6 +123,12 @@ class SyntheticConfig:
     #: write a request's token messages after the first from the server's one timer (`_Pump`)
     #: instead of a task per request waking per message; the same bytes and schedule, less CPU
     pump: bool = True
+    #: with `pump`: when the next message is due within this many ms, poll the loop (call_soon)
+    #: instead of arming a timer. asyncio's selector waits in whole milliseconds (epoll_wait's
+    #: timeout is rounded up), so a timer a few microseconds off still sleeps about 1 ms and the
+    #: messages behind it go out up to 1 ms late in a burst; polling costs a core, which a fleet's
+    #: pinned processes have to themselves. 0: never poll.
+    pump_poll_ms: float = 0.0
 
     def diverges(self, prompt: str) -> bool:
         """Whether this prompt's output diverges (`diverge_after`, `diverge_share`)."""
@@ -299,7 +305,9 @@ class _Pump:
 
     BATCH = 256
 
-    def __init__(self) -> None:
+    def __init__(self, poll_s: float = 0.0) -> None:
+        self._poll_s = poll_s
+        self._polling = False
         self._heap: list[tuple[float, int, _PumpedStream]] = []
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -321,14 +329,18 @@ class _Pump:
     def _push(self, due: float, stream: _PumpedStream) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (due, self._seq, stream))
-        if due < self._timer_at:
+        if due < self._timer_at and not self._polling:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer_at = due
-            self._timer = self._loop.call_at(due, self._fire)
+            self._arm(due, self._loop.time())
+
+    def _arm(self, at: float, now: float) -> None:
+        self._timer_at = at
+        self._polling = at - now < self._poll_s  # due within the poll window: do not sleep
+        self._timer = self._loop.call_soon(self._fire) if self._polling else self._loop.call_at(at, self._fire)
 
     def _fire(self) -> None:
-        self._timer, self._timer_at = None, math.inf
+        self._timer, self._timer_at, self._polling = None, math.inf, False
         heap, loop = self._heap, self._loop
         now = loop.time()
         for _ in range(self.BATCH):
@@ -351,11 +363,10 @@ class _Pump:
                 heapq.heappush(heap, (nxt, self._seq, stream))
         else:
             if heap:  # a full batch: let the loop read requests, then go on
-                self._timer_at = heap[0][0]
+                self._timer_at, self._polling = heap[0][0], True
                 self._timer = loop.call_soon(self._fire)
             return
-        self._timer_at = heap[0][0]
-        self._timer = loop.call_at(self._timer_at, self._fire)
+        self._arm(heap[0][0], now)
 
 
 class SyntheticServer:
@@ -393,7 +404,7 @@ class SyntheticServer:
         self._runner: web.AppRunner | None = None
         self._lock = threading.Lock()
         self._chunk_cache: dict = {}  # _ChunkEncoder's encoded choices
-        self._pump = _Pump()
+        self._pump = _Pump(self.config.pump_poll_ms / 1000.0)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> str:

@@ -1,6 +1,7 @@
 """The synthetic server's cheap paths write what the plain ones wrote: `_ChunkEncoder` the bytes of
 `json.dumps` of the chunk dict, the pump the same HTTP bytes on the same schedule (never early) as
-a task per request; and a SyntheticFleet hands its connections round-robin to its processes."""
+a task per request (polling or not); and a SyntheticFleet hands its connections round-robin to
+its processes."""
 
 import itertools
 import json
@@ -59,10 +60,11 @@ def _raw_exchanges(config: SyntheticConfig) -> tuple[list[bytes], SyntheticServe
     return out, server
 
 
-def test_the_pump_writes_the_same_bytes_as_a_task_per_request_and_never_early():
+@pytest.mark.parametrize("poll_ms", [0.0, 1.0])
+def test_the_pump_writes_the_same_bytes_as_a_task_per_request_and_never_early(poll_ms):
     kw = {"ttft_ms": 2.0, "gap_ms": 0.4, "record_sends": True, "spec_k": 3, "spec_metrics": True,
           "tokens_per_message": 2}
-    pumped, server = _raw_exchanges(SyntheticConfig(pump=True, **kw))
+    pumped, server = _raw_exchanges(SyntheticConfig(pump=True, pump_poll_ms=poll_ms, **kw))
     tasks, _ = _raw_exchanges(SyntheticConfig(pump=False, **kw))
     assert pumped == tasks
     assert all(b"Transfer-Encoding: chunked" in r and r.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") for r in pumped)
