@@ -1,6 +1,6 @@
 """Benchmark: the highest streamed tok/s at which a load client still times every message to
-better than 1 ms (p99), for draftboard's client with 1, 2, 4 and 8 processes and for `vllm bench
-serve`'s client where vLLM is installed.
+better than 1 ms (p99), for draftboard's client with 1, 2, 4 and 8 processes, for `vllm bench
+serve`'s client where vLLM is installed and for SGLang's bench clients (benchmarks/peers.py).
 
 Server: `tests/synthetic_server.py` in S processes on one port (`SyntheticFleet`: the first
 accepts and hands the connections round-robin to all, so every process serves an equal share of
@@ -8,9 +8,10 @@ the streams; `--server-reuseport` for the kernel's SO_REUSEPORT hash instead), e
 own core, one token per message, message j of a request written at arrival + TTFT + j * gap
 (the gap comes with each request as the extra body field `synthetic_gap_ms`, so the servers run
 once for the whole benchmark), by each process's one pump (`--server-no-pump`: a task per
-request, as before; the same bytes). Every server process records when it wrote each message
-(`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux, the same clock the client stamps with): that
-is the ground truth.
+request, as before; the same bytes; `--server-poll-ms 1`: poll instead of sleeping when the next
+message is due within 1 ms, since asyncio sleeps whole milliseconds). Every server process records
+when it wrote each message (`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux, the same clock the
+client stamps with): that is the ground truth.
 
 Client: pinned to the remaining cores (its worker processes and `vllm bench serve` inherit the
 pin). For each client the configured aggregate rate R climbs (x `--step` per level from
