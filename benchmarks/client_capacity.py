@@ -1,33 +1,41 @@
 """Benchmark: the highest streamed tok/s at which a load client still times every message to
-better than 1 ms (p99), for draftboard's client with 1, 2, 4 and 8 processes and for `vllm bench
-serve`'s client where vLLM is installed.
+better than 1 ms (p99), for draftboard's client with 1, 2, 4 and 8 processes, for `vllm bench
+serve`'s client where vLLM is installed and for SGLang's bench clients (benchmarks/peers.py).
 
-Server: `tests/synthetic_server.py` in S processes sharing one port (SO_REUSEPORT), each pinned to
-its own core, one token per message, message j of a request written at arrival + TTFT + j * gap
+Server: `tests/synthetic_server.py` in S processes on one port (`SyntheticFleet`: the first
+accepts and hands the connections round-robin to all, so every process serves an equal share of
+the streams; `--server-reuseport` for the kernel's SO_REUSEPORT hash instead), each pinned to its
+own core, one token per message, message j of a request written at arrival + TTFT + j * gap
 (the gap comes with each request as the extra body field `synthetic_gap_ms`, so the servers run
-once for the whole benchmark). Every server process records when it wrote each message
-(`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux, the same clock the client stamps with): that
-is the ground truth.
+once for the whole benchmark), by each process's one pump (`--server-no-pump`: a task per
+request, as before; the same bytes; `--server-poll-ms 1`: poll instead of sleeping when the next
+message is due within 1 ms, since asyncio sleeps whole milliseconds). Every server process records
+when it wrote each message (`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux, the same clock the
+client stamps with): that is the ground truth.
 
 Client: pinned to the remaining cores (its worker processes and `vllm bench serve` inherit the
 pin). For each client the configured aggregate rate R climbs (x `--step` per level from
 `--start-rate`) with `--concurrency` streams, gap = concurrency * 1000 / R ms, about `--seconds`
-of measured load per level (at least four waves of requests). A level passes when every request
-completed and the p99 of |timing error| is below 1 ms, where timing error = the client's gap
-between two consecutive messages minus the true gap between their writes (both clients report
-per-message gaps: draftboard's ICL, vLLM's "itl" list from --save-detailed). A client that falls
-behind reads late and coalesces messages, which is exactly what this error sees. The streamed
-rate of a level is what the servers wrote per second in the middle half of the level (all
-streams running; a closed loop's start and tail left out). The climb stops at the first failing
-level, and also when the server itself fell behind its schedule (lateness p99 > 2 ms: the level
-says nothing about the client) or the time budget is spent; the reason is printed. Also printed
+of measured load per level (at least four waves of requests). The rule, the same for every
+client: a level where the server fell behind its own schedule (its lateness p99 > 2 ms) is void,
+neither pass nor fail (it says nothing about the client); any other level passes when every
+request completed and the p99 of |timing error| is below 1 ms, and fails else. Timing error = the
+client's gap between two consecutive messages minus the true gap between their writes (every
+client reports per-message gaps: draftboard's ICL, vLLM's "itl" list from --save-detailed,
+SGLang's ITLs). A client that falls behind reads late and coalesces messages, which is exactly
+what this error sees. The streamed rate of a level is what the servers wrote per second in the
+middle half of the level (all streams running; a closed loop's start and tail left out). The
+climb stops at the first failing or void level or when the time budget is spent (the reason is
+printed); a client's capacity is its highest passing level. Also printed
 per level: the achieved output tok/s over the client's window, draftboard's absolute lateness
 p99 (its stamp minus the write time), its busiest process's CPU share and event-loop lag p99,
-and the servers' CPU share.
+and the servers' CPU share; then every client side by side at each configured level.
 
 Goals printed at the end (issue 13): 4 client processes reach >= 3x the single-process
-capacity; the best multi-process figure is >= 2x `vllm bench serve`'s. A benchmark, not a test:
-it exits 0 after printing (2 when nothing could run).
+capacity; the best multi-process figure is >= 2x `vllm bench serve`'s; (issue 22) draftboard's
+best >= SGLang's Rust client's, and the same for draftboard without token ids per message
+(`--no-token-ids-too 8`: the server's per-message work of SGLang's clients, like for like). A
+benchmark, not a test: it exits 0 after printing (2 when nothing could run).
 
 On the 16-core GPU machine (7 server processes, 9 client cores; about 4-7 minutes):
 
@@ -127,14 +135,27 @@ def summarize(rate: float, gap_ms: float, tok_s: float, completed: int, failed: 
     return row
 
 
+def verdict(r: dict) -> str:
+    """The same rule for every client: a level where the server fell behind its own schedule is
+    void (neither pass nor fail: it says nothing about the client); otherwise it passes with no
+    failed or unmatched request and |timing error| p99 < 1 ms, and fails else."""
+    if r["server_behind"]:
+        return f"void: server late p99 {fmt(r['server_late_p99'])} ms > {SERVER_LATE_LIMIT_MS:g}"
+    return "FAIL: " + r["fail"] if r["fail"] else "pass"
+
+
+def passed(r: dict) -> bool:
+    return not r["fail"] and not r["server_behind"]
+
+
 def run_draftboard(url: str, fleet: SyntheticFleet, n_proc: int, rate: float, tag: str,
-                   args: argparse.Namespace, kernel_stamps: bool = True) -> dict:
+                   args: argparse.Namespace, kernel_stamps: bool = True, token_ids: bool = True) -> dict:
     wl, gap_ms = level_workload(args, rate)
     prompts = make_prompts(tag, wl.n_warmup, wl.num_prompts, args.input_len, args.output_len)
     fleet.collect()  # drop anything left over
     cpu0, t0 = fleet.cpu_s(), time.monotonic()
     # as against vLLM: token ids per message, no usage on every message
-    opts = ClientOptions(return_token_ids=not args.no_token_ids, continuous_usage=args.continuous_usage,
+    opts = ClientOptions(return_token_ids=token_ids and not args.no_token_ids, continuous_usage=args.continuous_usage,
                          kernel_stamps=kernel_stamps, keep_outputs=False)
     res = run_load_sync(url, MODEL, wl, prompts=prompts, processes=n_proc, request_timeout_s=120,
                         extra_body={"synthetic_gap_ms": gap_ms, "synthetic_ttft_ms": args.ttft_ms}, options=opts)
@@ -197,8 +218,21 @@ LEVEL_HEADERS = ["configured tok/s", "gap ms", "streamed tok/s", "achieved tok/s
 
 def level_row(r: dict) -> list:
     return [f"{r['rate']:.0f}", r["gap_ms"], r["streamed"], r["tok_s"], r["err_p50"], r["err_p99"], r["late_p99"],
-            r["ttft_err_p99"], r["cpu_share"], r["lag_p99"], r["server_late_p99"], r["server_cpu"],
-            "pass" if not r["fail"] else "FAIL: " + r["fail"]]
+            r["ttft_err_p99"], r["cpu_share"], r["lag_p99"], r["server_late_p99"], r["server_cpu"], verdict(r)]
+
+
+def same_level_table(names: list[str], results: dict[str, list[dict]]) -> tuple[list[str], list[list]]:
+    """One row per configured level, one column per client: streamed tok/s, |timing error| p99 and
+    the verdict's first word (pass / FAIL / void) at that level; '-' where the client did not run it."""
+    rates = sorted({round(r["rate"]) for name in names for r in results[name]})
+    rows = []
+    for rate in rates:
+        row: list = [str(rate)]
+        for name in names:
+            r = next((r for r in results[name] if round(r["rate"]) == rate), None)
+            row.append("-" if r is None else f"{fmt(r['streamed'], 0)} {fmt(r['err_p99'])} {verdict(r).split(':')[0]}")
+        rows.append(row)
+    return ["configured tok/s"] + names, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,6 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-token-ids", action="store_true",
                     help="draftboard does not ask for token ids per message (counts tokens from the text, as "
                          "SGLang's clients do): less work per message for the server")
+    ap.add_argument("--no-token-ids-too", default="",
+                    help="also run draftboard with these process counts (comma list) without token ids per "
+                         "message: the same per-message server work as SGLang's clients (like for like)")
+    ap.add_argument("--server-reuseport", action="store_true",
+                    help="every server process listens (SO_REUSEPORT: the kernel's hash spreads connections) "
+                         "instead of one handing connections round-robin to all (the fleet before issue 22's end)")
+    ap.add_argument("--server-no-pump", action="store_true",
+                    help="a task per request writes each token message through aiohttp instead of each server "
+                         "process's one pump (the fleet before issue 22's end; same bytes, more CPU per message)")
+    ap.add_argument("--server-poll-ms", type=float, default=0.0,
+                    help="server processes poll their loop instead of sleeping when the next message is due "
+                         "within this many ms (asyncio sleeps whole ms: about 1 ms of lateness otherwise); "
+                         "each then keeps its core busy, so its CPU share reads about 1")
     ap.add_argument("--continuous-usage", action="store_true",
                     help="ask for usage on every message (stream_options.continuous_usage_stats)")
     args = ap.parse_args(argv)
@@ -243,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     clients: list[tuple[str, int | str | None]] = [(f"draftboard x{p}", p) for p in procs]
     read_procs = [int(x) for x in args.read_stamps.split(",") if x.strip()]
     clients += [(f"draftboard x{p} read-stamps", p) for p in read_procs]
+    same_work = [int(x) for x in args.no_token_ids_too.split(",") if x.strip()]
+    clients += [(f"draftboard x{p} no-token-ids", p) for p in same_work]
     tokenizer = None
     if args.vllm == "auto":
         if vllm_available():
@@ -261,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             clients.append((f"sglang {kind}", kind))
     print(f"{len(cores)} cores: synthetic server x{n_server} on {server_cores}, clients on {client_cores}")
+    writes = "a task per request" if args.server_no_pump else "one pump per process"
+    spread = "spread by SO_REUSEPORT" if args.server_reuseport else "handed round-robin to the processes"
+    poll = f", polling when the next is due within {args.server_poll_ms:g} ms" if args.server_poll_ms else ""
+    print(f"server: token messages written by {writes}{poll}, connections {spread}")
     print(f"per level: concurrency {args.concurrency}, {args.output_len} tokens per request (1 per message), "
           f"about {args.seconds:g} s measured, TTFT {args.ttft_ms:g} ms; pass = no failure and "
           f"|timing error| p99 < {ERROR_LIMIT_MS:g} ms")
@@ -271,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     stops: dict[str, str] = {}
     status = 0
     try:
-        fleet = SyntheticFleet(server_cores, ttft_ms=args.ttft_ms, gap_ms=10.0)
+        fleet = SyntheticFleet(server_cores, balance=not args.server_reuseport, pump=not args.server_no_pump,
+                               pump_poll_ms=args.server_poll_ms, ttft_ms=args.ttft_ms, gap_ms=10.0)
         with fleet as url:
             for ci, (name, n_proc) in enumerate(clients):
                 rate, level = args.start_rate, 0
@@ -292,22 +346,22 @@ def main(argv: list[str] | None = None) -> int:
                             row = run_vllm(url, fleet, rate, tag, args, tokenizer, work)
                         else:
                             row = run_draftboard(url, fleet, n_proc, rate, tag, args,
-                                                 kernel_stamps=not name.endswith("read-stamps"))
+                                                 kernel_stamps=not name.endswith("read-stamps"),
+                                                 token_ids=not name.endswith("no-token-ids"))
                     except Exception as exc:  # a client that cannot run: say so, go on with the next
                         stops[name] = f"could not run: {type(exc).__name__}: {str(exc)[-300:]}"
                         break
                     results[name].append(row)
                     print(f"{name:18s} {rate:10.0f} tok/s: streamed {fmt(row['streamed'], 0):>8s}, err p99 "
                           f"{fmt(row['err_p99'])} ms, server late p99 {fmt(row['server_late_p99'])} ms, "
-                          f"{time.monotonic() - t1:5.1f} s  "
-                          + ("pass" if not row["fail"] else "FAIL: " + row["fail"]), flush=True)
-                    if row["fail"]:
-                        stops[name] = row["fail"]
-                        break
+                          f"{time.monotonic() - t1:5.1f} s  " + verdict(row), flush=True)
                     if row["server_behind"]:
                         late = fmt(row["server_late_p99"])
-                        stops[name] = (f"the server fell behind its schedule (late p99 {late} ms > "
-                                       f"{SERVER_LATE_LIMIT_MS:g}): more server processes needed to go higher")
+                        stops[name] = (f"void at {rate:.0f}: the server fell behind its schedule (late p99 {late} ms"
+                                       f" > {SERVER_LATE_LIMIT_MS:g}); the client was not pushed to its own limit")
+                        break
+                    if row["fail"]:
+                        stops[name] = f"failed at {rate:.0f}: {row['fail']}"
                         break
                     rate *= args.step
                     level += 1
@@ -320,11 +374,17 @@ def main(argv: list[str] | None = None) -> int:
         print_table(LEVEL_HEADERS, [level_row(r) for r in results[name]])
 
     def best(name: str) -> dict | None:
-        passed = [r for r in results[name] if not r["fail"]]
-        return max(passed, key=lambda r: r["rate"]) if passed else None
+        ok = [r for r in results[name] if passed(r)]
+        return max(ok, key=lambda r: r["rate"]) if ok else None
 
-    print("\nCapacity: highest level passing (timing error p99 < 1 ms, no failure); streamed = what the "
-          "servers wrote per second")
+    names = [name for name, _ in clients]
+    print("\nEvery client at each configured level: streamed tok/s, |timing error| p99 ms, verdict "
+          "(void = the server fell behind its schedule)")
+    print_table(*same_level_table(names, results))
+
+    print(f"\nCapacity: highest passing level (no failure, timing error p99 < {ERROR_LIMIT_MS:g} ms, and the "
+          f"server kept to its schedule: late p99 <= {SERVER_LATE_LIMIT_MS:g} ms); streamed = what the servers "
+          "wrote per second")
     rows = []
     for name, _ in clients:
         b = best(name)
@@ -355,6 +415,28 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(ratio(multi, v), 2)}x); draftboard x1 / vllm: {fmt(ratio(one, v), 2)}")
     else:
         print("Goal vs vllm bench serve: not measured here (no vLLM)")
+    rust = [n for n in ("sglang rust", "sglang rust1") if n in results and best(n)]
+    if rust:
+        top_rust = max(rust, key=lambda n: cap(n) or 0.0)
+
+        def against(label: str, mine: list[str]) -> None:
+            mine = [n for n in mine if best(n)]
+            if not mine:
+                print(f"Goal (issue 22): {label} >= SGLang's Rust client: NOT MET ({label}: no passing level)")
+                return
+            top = max(mine, key=lambda n: cap(n) or 0.0)
+            bound = [n for n in (top, top_rust) if stops.get(n, "").startswith("void")]
+            met = "MET" if cap(top) >= cap(top_rust) else "NOT MET"
+            print(f"Goal (issue 22): {label} >= SGLang's Rust client: {met} "
+                  f"({top} {fmt(cap(top), 0)} tok/s streamed at {best(top)['rate']:.0f} configured vs {top_rust} "
+                  f"{fmt(cap(top_rust), 0)} at {best(top_rust)['rate']:.0f}, {fmt(ratio(cap(top), cap(top_rust)), 3)}x)"
+                  + (f"; the climb of {' and '.join(bound)} ended on a void level (the server fleet's limit, not "
+                     "the client's)" if bound else ""))
+
+        against("draftboard's best", [f"draftboard x{p}" for p in procs])
+        if same_work:
+            against("draftboard without token ids (like for like)",
+                    [f"draftboard x{p} no-token-ids" for p in same_work])
     print(f"\ntotal {time.monotonic() - started:.0f} s")
     return status if any(results.values()) else 2
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import heapq
 import json
 import math
 import multiprocessing as mp
@@ -119,6 +120,15 @@ class SyntheticConfig:
     #: j >= 1 of a request carries round(j tau) - round((j - 1) tau) tokens, so the counted mean
     #: acceptance length is `forced_tau` (up to the last message's truncation).
     forced_tau: float | None = None
+    #: write a request's token messages after the first from the server's one timer (`_Pump`)
+    #: instead of a task per request waking per message; the same bytes and schedule, less CPU
+    pump: bool = True
+    #: with `pump`: when the next message is due within this many ms, poll the loop (call_soon)
+    #: instead of arming a timer. asyncio's selector waits in whole milliseconds (epoll_wait's
+    #: timeout is rounded up), so a timer a few microseconds off still sleeps about 1 ms and the
+    #: messages behind it go out up to 1 ms late in a burst; polling costs a core, which a fleet's
+    #: pinned processes have to themselves. 0: never poll.
+    pump_poll_ms: float = 0.0
 
     def diverges(self, prompt: str) -> bool:
         """Whether this prompt's output diverges (`diverge_after`, `diverge_share`)."""
@@ -140,6 +150,225 @@ def _sse(obj: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+def _chunk_dict(chat: bool, ordinal: int, model: str, want_ids: bool, reasoning_field: str,
+                usage_prompt: int | None, text: str, reasoning: bool, cum: int, finish: str | None) -> dict:
+    """One streamed chunk in vLLM's shape, as a dict (`usage_prompt`: the prompt's token count when
+    usage goes on every chunk, else None). `_ChunkEncoder` writes the same bytes faster."""
+    if chat:
+        delta = {reasoning_field: text} if reasoning else {"content": text}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": finish}
+    if want_ids:
+        choice["token_ids"] = [ord(c) for c in text]
+    msg = {"id": f"cmpl-{ordinal}", "object": "chat.completion.chunk" if chat else "text_completion",
+           "model": model, "choices": [choice]}
+    if usage_prompt is not None:
+        msg["usage"] = {"prompt_tokens": usage_prompt, "completion_tokens": cum, "total_tokens": usage_prompt + cum}
+    return msg
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class _ChunkEncoder:
+    """`_sse(_chunk_dict(...))` of one request's token chunks, byte for byte, without building and
+    dumping a dict per message: the request's constant head (id, object, model) is encoded once,
+    and the choice part of a short text is kept in `cache` (shared by the requests of a server, one
+    entry per (flavour, text, reasoning, finish)). The synthetic server's hot loop."""
+
+    def __init__(self, cache: dict, chat: bool, ordinal: int, model: str, want_ids: bool, reasoning_field: str,
+                 usage_prompt: int | None):
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        self.head = f'data: {{"id":{_dumps(f"cmpl-{ordinal}")},"object":"{obj}","model":{_dumps(model)},' \
+                    f'"choices":['.encode()
+        self.tail = b"]}\n\n"
+        self.usage_prompt = usage_prompt
+        self.chat, self.want_ids, self.reasoning_field = chat, want_ids, reasoning_field
+        self.cache = cache
+        self.flavour = (chat, want_ids, reasoning_field)
+
+    def choice(self, text: str, reasoning: bool, finish: str | None) -> bytes:
+        key = (self.flavour, text, reasoning, finish)
+        got = self.cache.get(key)
+        if got is not None:
+            return got
+        t = _dumps(text)
+        if self.chat:
+            field = _dumps(self.reasoning_field) if reasoning else '"content"'
+            inner = f'"delta":{{{field}:{t}}}'
+        else:
+            inner = f'"text":{t}'
+        ids = f',"token_ids":{_dumps([ord(c) for c in text])}' if self.want_ids else ""
+        out = f'{{"index":0,{inner},"finish_reason":{_dumps(finish)}{ids}}}'.encode()
+        if len(text) <= 4:
+            self.cache[key] = out
+        return out
+
+    def message(self, text: str, reasoning: bool, cum: int, finish: str | None) -> bytes:
+        if self.usage_prompt is None:
+            return self.head + self.choice(text, reasoning, finish) + self.tail
+        p = self.usage_prompt
+        usage = f'],"usage":{{"prompt_tokens":{p},"completion_tokens":{cum},"total_tokens":{p + cum}}}}}\n\n'
+        return self.head + self.choice(text, reasoning, finish) + usage.encode()
+
+
+class _TokenStream:
+    """One request's token messages in order: `next()` gives the next one as (due s after the
+    request's start, its bytes, its token count), None after the last; `written(k)` after each is
+    written counts it (vLLM's spec-decode counters: every message after the first is a draft step)."""
+
+    def __init__(self, server: SyntheticServer, enc: _ChunkEncoder, n_out: int, mode: str | None, chat: bool,
+                 diverge_at: int | None, echo: str, ttft_ms: float, gap_ms: float):
+        self.server, self.cfg, self.enc = server, server.config, enc
+        self.n_out, self.mode, self.chat, self.diverge_at, self.echo = n_out, mode, chat, diverge_at, echo
+        self.ttft_ms, self.gap_ms = ttft_ms, gap_ms
+        self.sent = self.j = self.steps = self.accepted = 0
+        self.hist = [0] * (self.cfg.spec_k + 1)
+
+    def next(self) -> tuple[float, bytes, int] | None:
+        cfg, sent, j = self.cfg, self.sent, self.j
+        if sent >= self.n_out:
+            return None
+        k = cfg.tokens_per_message if (j > 0 or cfg.first_message_tokens is None) else cfg.first_message_tokens
+        if cfg.forced_tau is not None and cfg.spec_k and j > 0:
+            k = math.floor(j * cfg.forced_tau + 0.5) - math.floor((j - 1) * cfg.forced_tau + 0.5)
+        k = min(k, self.n_out - sent)
+        letters, diverge_at = string.ascii_lowercase, self.diverge_at
+        if k == 1 and (diverge_at is None or sent < diverge_at):
+            text = letters[sent % 26]
+        else:
+            text = "".join(letters[(sent + i) % 26] if diverge_at is None or sent + i < diverge_at
+                           else letters[(sent + i) % 26].upper() for i in range(k))
+        if self.echo and j == 0:  # a peer client that reports no prompt: name the request in its text
+            text = self.echo + text
+        reasoning = self.chat and sent < cfg.reasoning_tokens
+        self.sent = sent = sent + k
+        mode = self.mode
+        finish = ("stop" if mode == "early_eos" else "length") if sent == self.n_out and mode != "truncate" else None
+        return (self.ttft_ms + j * self.gap_ms) / 1000.0, self.enc.message(text, reasoning, sent, finish), k
+
+    def written(self, k: int) -> None:
+        cfg = self.cfg
+        if cfg.spec_k and self.j > 0:
+            self.steps += 1
+            self.accepted += min(k - 1, cfg.spec_k)
+            self.hist[min(k - 1, cfg.spec_k)] += 1
+            counters = self.server.spec_counters
+            counters["drafts"] += 1
+            counters["draft_tokens"] += cfg.spec_k
+            counters["accepted"] += k - 1
+        self.j += 1
+
+
+class _PumpedStream:
+    """A request's remaining token messages, written by the server's `_Pump` straight to the
+    connection, each framed as one HTTP/1.1 chunk exactly as aiohttp's writer frames it."""
+
+    __slots__ = ("tokens", "msg", "transport", "stamps", "t0", "done")
+
+    def __init__(self, tokens: _TokenStream, msg: tuple[float, bytes, int], transport: asyncio.Transport,
+                 stamps: array, t0: float):
+        self.tokens, self.msg, self.transport, self.stamps, self.t0 = tokens, msg, transport, stamps, t0
+        self.done: asyncio.Future | None = None
+
+    def due(self) -> float:
+        return self.t0 + self.msg[0]
+
+    def write(self) -> float | None:
+        """Write the pending message (now due); return the next one's due time (loop clock), or
+        None when the stream is finished (`done` resolved)."""
+        if self.done.done():  # the handler was cancelled
+            return None
+        if self.transport.is_closing():
+            self.done.set_exception(ConnectionResetError("Cannot write to closing transport"))
+            return None
+        _, data, k = self.msg
+        self.stamps.append(time.perf_counter_ns())
+        self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.tokens.written(k)
+        msg = self.tokens.next()
+        if msg is None:
+            self.done.set_result(None)
+            return None
+        self.msg = msg
+        return self.t0 + msg[0]
+
+
+class _Pump:
+    """Writes the token messages of every pumped stream of one server from a single timer (a heap
+    of due times), instead of one task waking, sleeping and writing through aiohttp per message:
+    the same schedule (a message is written once the loop's clock reaches its due time, never
+    before) at a fraction of the CPU per message. Streams due together go out in due order; after
+    `BATCH` messages it yields to the loop (requests keep being read)."""
+
+    BATCH = 256
+
+    def __init__(self, poll_s: float = 0.0) -> None:
+        self._poll_s = poll_s
+        self._polling = False
+        self._heap: list[tuple[float, int, _PumpedStream]] = []
+        self._seq = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def run(self, stream: _PumpedStream) -> None:
+        """Pump `stream` until its last message is written (raises ConnectionResetError when its
+        connection closes first)."""
+        loop = self._loop = asyncio.get_running_loop()
+        stream.done = loop.create_future()
+        self._push(stream.due(), stream)
+        try:
+            await stream.done
+        finally:
+            if not stream.done.done():
+                stream.done.cancel()
+
+    def _push(self, due: float, stream: _PumpedStream) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, stream))
+        if due < self._timer_at and not self._polling:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._arm(due, self._loop.time())
+
+    def _arm(self, at: float, now: float) -> None:
+        self._timer_at = at
+        self._polling = at - now < self._poll_s  # due within the poll window: do not sleep
+        self._timer = self._loop.call_soon(self._fire) if self._polling else self._loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at, self._polling = None, math.inf, False
+        heap, loop = self._heap, self._loop
+        now = loop.time()
+        for _ in range(self.BATCH):
+            if not heap:
+                return
+            due = heap[0][0]
+            if due > now:
+                now = loop.time()
+                if due > now:
+                    break
+            stream = heapq.heappop(heap)[2]
+            try:
+                nxt = stream.write()
+            except Exception as exc:  # noqa: BLE001 - one broken stream must not stop the others
+                if not stream.done.done():
+                    stream.done.set_exception(exc)
+                continue
+            if nxt is not None:
+                self._seq += 1
+                heapq.heappush(heap, (nxt, self._seq, stream))
+        else:
+            if heap:  # a full batch: let the loop read requests, then go on
+                self._timer_at, self._polling = heap[0][0], True
+                self._timer = loop.call_soon(self._fire)
+            return
+        self._arm(heap[0][0], now)
+
+
 class SyntheticServer:
     """The server. `start() -> base_url`, `stop()`, or use it as a context manager.
 
@@ -150,10 +379,19 @@ class SyntheticServer:
     """
 
     def __init__(self, config: SyntheticConfig | None = None, port: int = 0, reuse_port: bool = False,
-                 sock: socket.socket | None = None):
+                 sock: socket.socket | None = None,
+                 hand_to: list[socket.socket] | None = None, take_from: socket.socket | None = None):
         self.config = config or SyntheticConfig()
         self.port, self.reuse_port = port, reuse_port
         self._sock = sock  # a bound socket to serve on (default: a fresh one on `port`, 0 = free)
+        # a fleet balancing its connections (SyntheticFleet): the listening process hands every
+        # accepted connection in turn to itself and to the processes behind `hand_to` (Unix
+        # SOCK_SEQPACKET sockets, SCM_RIGHTS); such a process takes them from `take_from` and
+        # does not listen
+        self._hand_to, self._take_from = hand_to, take_from
+        self._next_peer = 0
+        self._conn_tasks: set[asyncio.Task] = set()
+        self._own_sockets: list[socket.socket] = []  # read by the loop outside aiohttp: closed by stop()
         self.requests: list[tuple[str, dict]] = []
         self.n_requests = 0
         self.sends: dict[str, list[tuple[int, array]]] = {}
@@ -165,6 +403,8 @@ class SyntheticServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._lock = threading.Lock()
+        self._chunk_cache: dict = {}  # _ChunkEncoder's encoded choices
+        self._pump = _Pump(self.config.pump_poll_ms / 1000.0)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> str:
@@ -188,6 +428,12 @@ class SyntheticServer:
             app.router.add_post("/detokenize", self._detokenize)
         self._runner = web.AppRunner(app, shutdown_timeout=0.2, access_log=None)
         await self._runner.setup()
+        loop = asyncio.get_running_loop()
+        if self._take_from is not None:  # served connections come from the fleet's listening process
+            self._take_from.setblocking(False)
+            loop.add_reader(self._take_from.fileno(), self._take_connections)
+            self._own_sockets.append(self._take_from)
+            return
         sock = self._sock
         if sock is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -195,9 +441,52 @@ class SyntheticServer:
             if self.reuse_port:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(("127.0.0.1", self.port))
-        site = web.SockSite(self._runner, sock)
-        await site.start()
+        if self._hand_to:
+            sock.listen(1024)
+            sock.setblocking(False)
+            loop.add_reader(sock.fileno(), self._accept_and_hand, sock)
+            self._own_sockets.append(sock)
+        else:
+            site = web.SockSite(self._runner, sock)
+            await site.start()
         self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        task = self._loop.create_task(self._loop.connect_accepted_socket(self._runner.server, conn))
+        self._conn_tasks.add(task)
+        task.add_done_callback(self._conn_tasks.discard)
+
+    def _accept_and_hand(self, sock: socket.socket) -> None:
+        """Accept what is pending; connection n goes to process n mod (1 + len(hand_to)), this one
+        being 0: C streams opened together land within one of C / processes on every process,
+        where SO_REUSEPORT's hash of the client's port leaves some with twice the average."""
+        for _ in range(256):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            peer, self._next_peer = self._next_peer % (1 + len(self._hand_to)), self._next_peer + 1
+            if peer == 0:
+                self._serve_connection(conn)
+                continue
+            try:
+                socket.send_fds(self._hand_to[peer - 1], [b"c"], [conn.fileno()])
+            finally:
+                conn.close()
+
+    def _take_connections(self) -> None:
+        while True:
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(self._take_from, 16, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not msg and not fds:  # the listening process is gone
+                self._loop.remove_reader(self._take_from.fileno())
+                return
+            for fd in fds:
+                self._serve_connection(socket.socket(fileno=fd))
 
     async def _metrics(self, request: web.Request) -> web.Response:
         c = self.spec_counters
@@ -219,12 +508,16 @@ class SyntheticServer:
         """Stop the server and its thread (hanging handlers are cancelled)."""
         if self._loop is None:
             return
+        for sock in self._own_sockets:
+            self._loop.call_soon_threadsafe(self._loop.remove_reader, sock.fileno())
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
         asyncio.run_coroutine_threadsafe(self._cancel_rest(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop.close()
+        for sock in self._own_sockets:
+            sock.close()
         self._loop = None
 
     @staticmethod
@@ -300,79 +593,46 @@ class SyntheticServer:
         want_ids = bool(body.get("return_token_ids"))
         key_text = str(body.get("prompt") if not chat else (body.get("messages") or [{}])[-1].get("content", ""))
         diverge_at = cfg.diverge_after if cfg.diverges(key_text) else None
-        steps = accepted = 0
-        hist = [0] * (cfg.spec_k + 1)
         ttft_ms = float(body.get("synthetic_ttft_ms", cfg.ttft_ms))
         gap_ms = float(body.get("synthetic_gap_ms", cfg.gap_ms))
-        # `synthetic_echo_key: true`: the first message's text starts with "[8 hex digits]", the
-        # blake2b-32 of the prompt text, so that a client whose results list no prompts (SGLang's
-        # Rust bench client) can be matched to this server's ground truth by its generated text
-        echo_key = bool(body.get("synthetic_echo_key"))
         stamps = array("q")
         if cfg.record_sends:
             self.sends.setdefault(key_text, []).append((arrival_ns, stamps))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        writer = await resp.prepare(request)
         obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(text: str, reasoning: bool, cum: int, finish: str | None) -> dict:
-            if chat:
-                delta = {cfg.reasoning_field: text} if reasoning else {"content": text}
-                choice = {"index": 0, "delta": delta, "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": text, "finish_reason": finish}
-            if want_ids:
-                choice["token_ids"] = [ord(c) for c in text]
-            msg = {"id": f"cmpl-{ordinal}", "object": obj, "model": cfg.model, "choices": [choice]}
-            if cont_usage:
-                msg["usage"] = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": cum,
-                    "total_tokens": prompt_tokens + cum,
-                }
-            return msg
-
+        usage_prompt = prompt_tokens if cont_usage else None
+        enc = _ChunkEncoder(self._chunk_cache, chat, ordinal, cfg.model, want_ids, cfg.reasoning_field, usage_prompt)
         if chat:  # vLLM's first chat chunk: the role, no token
-            first = chunk("", False, 0, None)
+            first = _chunk_dict(chat, ordinal, cfg.model, want_ids, cfg.reasoning_field, usage_prompt,
+                                "", False, 0, None)
             first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
             await resp.write(_sse(first))
-        sent, j = 0, 0
-        letters = string.ascii_lowercase
-        while sent < n_out:
-            k = (
-                cfg.tokens_per_message
-                if (j > 0 or cfg.first_message_tokens is None)
-                else cfg.first_message_tokens
-            )
-            if cfg.forced_tau is not None and cfg.spec_k and j > 0:
-                k = math.floor(j * cfg.forced_tau + 0.5) - math.floor((j - 1) * cfg.forced_tau + 0.5)
-            k = min(k, n_out - sent)
-            due = t0 + (ttft_ms + j * gap_ms) / 1000.0
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            reasoning = chat and sent < cfg.reasoning_tokens
-            text = "".join(letters[(sent + i) % 26] if diverge_at is None or sent + i < diverge_at
-                           else letters[(sent + i) % 26].upper() for i in range(k))
-            if echo_key and j == 0:  # a peer client that reports no prompt: name the request in its text
-                text = f"[{hashlib.blake2b(key_text.encode(), digest_size=4).hexdigest()}]" + text
-            sent += k
-            finish = ("stop" if mode == "early_eos" else "length") if sent == n_out and mode != "truncate" else None
-            data = _sse(chunk(text, reasoning, sent, finish))
+        # `synthetic_echo_key: true`: the first message's text starts with "[8 hex digits]", the
+        # blake2b-32 of the prompt text, so that a client whose results list no prompts (SGLang's
+        # Rust bench client) can be matched to this server's ground truth by its generated text
+        echo = (f"[{hashlib.blake2b(key_text.encode(), digest_size=4).hexdigest()}]"
+                if body.get("synthetic_echo_key") else "")
+        tokens = _TokenStream(self, enc, n_out, mode, chat, diverge_at, echo, ttft_ms, gap_ms)
+        while (msg := tokens.next()) is not None:
+            due, data, k = msg
+            await asyncio.sleep(max(0.0, t0 + due - loop.time()))
             stamps.append(time.perf_counter_ns())
             await resp.write(data)
-            if cfg.spec_k and j > 0:
-                steps += 1
-                accepted += min(k - 1, cfg.spec_k)
-                hist[min(k - 1, cfg.spec_k)] += 1
-                self.spec_counters["drafts"] += 1
-                self.spec_counters["draft_tokens"] += cfg.spec_k
-                self.spec_counters["accepted"] += k - 1
-            j += 1
+            tokens.written(k)
             if mode == "stream_error":
                 await resp.write(_sse({"error": {"message": "synthetic in-stream error", "code": 500}}))
                 break
             if mode == "drop":
                 request.transport.close()
                 return resp
+            if cfg.pump and mode is None and getattr(writer, "chunked", False) and request.transport is not None:
+                # the first message (with the headers) went through aiohttp; the server's pump
+                # writes the rest, framed as aiohttp would, from one timer for all streams
+                if (msg := tokens.next()) is not None:
+                    await self._pump.run(_PumpedStream(tokens, msg, request.transport, stamps, t0))
+                break
+        sent, steps, accepted, hist = tokens.sent, tokens.steps, tokens.accepted, tokens.hist
         if mode == "truncate":
             await resp.write_eof()
             return resp
@@ -401,12 +661,15 @@ class SyntheticServer:
 Records = dict[str, list[tuple[int, array]]]
 
 
-def _fleet_child(core: int | None, port: int, config: dict, conn) -> None:
-    """Child process: pin to `core`, serve on `port` (SO_REUSEPORT), answer "collect" / "cpu" /
-    "stop" on `conn`."""
+def _fleet_child(core: int | None, port: int, config: dict, conn, hand_to: list[socket.socket] | None = None,
+                 take_from: socket.socket | None = None) -> None:
+    """Child process: pin to `core`, serve on `port` (SO_REUSEPORT; with `hand_to`, the fleet's
+    one listener handing connections round the others; with `take_from`, serving what it hands
+    over), answer "collect" / "cpu" / "stop" on `conn`."""
     if core is not None:
         os.sched_setaffinity(0, {core})
-    server = SyntheticServer(SyntheticConfig(**config), port=port, reuse_port=True)
+    server = SyntheticServer(SyntheticConfig(**config), port=port, reuse_port=True, hand_to=hand_to,
+                             take_from=take_from)
     conn.send(server.start())
     while True:
         cmd = conn.recv()
@@ -421,22 +684,36 @@ def _fleet_child(core: int | None, port: int, config: dict, conn) -> None:
 
 
 class SyntheticFleet:
-    """`len(cores)` synthetic server processes sharing one port, one pinned to each core (None:
-    not pinned), with `record_sends` on and request bodies not kept: a server whose timing does
-    not share the client's process (GIL, event loop). Context manager yielding the base URL.
+    """`len(cores)` synthetic server processes on one port, one pinned to each core (None: not
+    pinned), with `record_sends` on and request bodies not kept: a server whose timing does not
+    share the client's process (GIL, event loop). Context manager yielding the base URL.
     `collect()` returns and clears the ground-truth Records of every process; `cpu_s()` is the
-    CPU seconds all of them used so far. Config keys as SyntheticConfig."""
+    CPU seconds all of them used so far. Config keys as SyntheticConfig.
 
-    def __init__(self, cores: list[int | None], **config: object):
+    `balance` (default): the first process listens and hands accepted connections round-robin to
+    every process (itself included), so C streams opened together are spread within one of
+    C / processes; otherwise every process listens (SO_REUSEPORT), and the kernel's hash of each
+    client port decides (32 streams on 7 processes: the busiest often serves 7-8, the average
+    4.6). What the processes write and record is the same either way.
+
+    The processes run asyncio's own event loop, not uvloop: uvloop's clock and timers count whole
+    milliseconds (`loop.time()` is libuv's millisecond `uv_now`, a delay under 0.5 ms runs at
+    once), so on it about a third of the messages of a 0.3 ms-gap stream went out early, up to
+    1 ms before their due time; on asyncio's loop none is ever early."""
+
+    def __init__(self, cores: list[int | None], balance: bool = True, **config: object):
         self.cores = list(cores)
+        self.balance = balance
         self.config = {"record_sends": True, "keep_requests": False, "model": "synthetic", **config}
         self._ctx = mp.get_context("spawn")
         self._procs: list = []
         self._conns: list = []
 
-    def _start(self, core: int | None, port: int) -> str:
+    def _start(self, core: int | None, port: int, hand_to: list[socket.socket] | None = None,
+               take_from: socket.socket | None = None) -> str:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_fleet_child, args=(core, port, self.config, child), daemon=True)
+        proc = self._ctx.Process(target=_fleet_child, daemon=True,
+                                 args=(core, port, self.config, child, hand_to, take_from))
         proc.start()
         self._procs.append(proc)
         self._conns.append(parent)
@@ -445,18 +722,29 @@ class SyntheticFleet:
         return parent.recv()
 
     def __enter__(self) -> str:
-        url = self._start(self.cores[0], 0)
-        port = int(url.rsplit(":", 1)[1])
-        for core in self.cores[1:]:
-            self._start(core, port)
+        pairs = ([socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in self.cores[1:]]
+                 if self.balance else [])
+        try:
+            url = self._start(self.cores[0], 0, hand_to=[a for a, _ in pairs] or None)
+            port = int(url.rsplit(":", 1)[1])
+            for i, core in enumerate(self.cores[1:]):
+                self._start(core, port, take_from=pairs[i][1] if pairs else None)
+        finally:
+            for pair in pairs:  # the children hold their own copies
+                for end in pair:
+                    end.close()
         return url
+
+    def collect_each(self) -> list[Records]:
+        """The ground-truth Records of each process (and clear them)."""
+        for conn in self._conns:
+            conn.send("collect")
+        return [conn.recv() for conn in self._conns]
 
     def collect(self) -> Records:
         merged: Records = {}
-        for conn in self._conns:
-            conn.send("collect")
-        for conn in self._conns:
-            for prompt, recs in conn.recv().items():
+        for records in self.collect_each():
+            for prompt, recs in records.items():
                 merged.setdefault(prompt, []).extend(recs)
         for recs in merged.values():
             recs.sort(key=lambda r: r[0])
