@@ -25,8 +25,9 @@ client reports per-message gaps: draftboard's ICL, vLLM's "itl" list from --save
 SGLang's ITLs). A client that falls behind reads late and coalesces messages, which is exactly
 what this error sees. The streamed rate of a level is what the servers wrote per second in the
 middle half of the level (all streams running; a closed loop's start and tail left out). The
-climb stops at the first failing or void level or when the time budget is spent (the reason is
-printed); a client's capacity is its highest passing level. Also printed
+climb stops at the first failing level, at a level still void after `--void-retries` more tries
+(default 1: the fleet's lateness has rare spikes; each try is printed), or when the time budget
+is spent (the reason is printed); a client's capacity is its highest passing level. Also printed
 per level: the achieved output tok/s over the client's window, draftboard's absolute lateness
 p99 (its stamp minus the write time), its busiest process's CPU share and event-loop lag p99,
 and the servers' CPU share; then every client side by side at each configured level.
@@ -230,7 +231,7 @@ def same_level_table(names: list[str], results: dict[str, list[dict]]) -> tuple[
     for rate in rates:
         row: list = [str(rate)]
         for name in names:
-            r = next((r for r in results[name] if round(r["rate"]) == rate), None)
+            r = next((r for r in reversed(results[name]) if round(r["rate"]) == rate), None)
             row.append("-" if r is None else f"{fmt(r['streamed'], 0)} {fmt(r['err_p99'])} {verdict(r).split(':')[0]}")
         rows.append(row)
     return ["configured tok/s"] + names, rows
@@ -276,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="server processes poll their loop instead of sleeping when the next message is due "
                          "within this many ms (asyncio sleeps whole ms: about 1 ms of lateness otherwise); "
                          "each then keeps its core busy, so its CPU share reads about 1")
+    ap.add_argument("--void-retries", type=int, default=1,
+                    help="measure a void level (the server fell behind its schedule) again this many times "
+                         "before the climb stops there; every client gets the same retries")
     ap.add_argument("--continuous-usage", action="store_true",
                     help="ask for usage on every message (stream_options.continuous_usage_stats)")
     args = ap.parse_args(argv)
@@ -329,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                                pump_poll_ms=args.server_poll_ms, ttft_ms=args.ttft_ms, gap_ms=10.0)
         with fleet as url:
             for ci, (name, n_proc) in enumerate(clients):
-                rate, level = args.start_rate, 0
+                rate, level, retries = args.start_rate, 0, args.void_retries
                 while True:
                     if rate > args.max_rate:
                         stops[name] = f"reached --max-rate {args.max_rate:g}"
@@ -337,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                     if time.monotonic() - started > args.budget_s:
                         stops[name] = f"time budget {args.budget_s:g} s spent"
                         break
-                    tag = f"c{ci}l{level}"
+                    tag = f"c{ci}l{level}r{retries}"
                     t1 = time.monotonic()
                     try:
                         if isinstance(n_proc, str):
@@ -356,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name:18s} {rate:10.0f} tok/s: streamed {fmt(row['streamed'], 0):>8s}, err p99 "
                           f"{fmt(row['err_p99'])} ms, server late p99 {fmt(row['server_late_p99'])} ms, "
                           f"{time.monotonic() - t1:5.1f} s  " + verdict(row), flush=True)
+                    if row["server_behind"] and retries > 0:
+                        retries -= 1  # it says nothing about the client: measure the level again
+                        continue
                     if row["server_behind"]:
                         late = fmt(row["server_late_p99"])
                         stops[name] = (f"void at {rate:.0f}: the server fell behind its schedule (late p99 {late} ms"
@@ -366,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     rate *= args.step
                     level += 1
+                    retries = args.void_retries
     except Exception as exc:
         print(f"\nABORTED: {type(exc).__name__}: {exc}")
         status = 2
@@ -418,16 +426,20 @@ def main(argv: list[str] | None = None) -> int:
         print("Goal vs vllm bench serve: not measured here (no vLLM)")
     rust = [n for n in ("sglang rust", "sglang rust1") if n in results and best(n)]
     if rust:
-        top_rust = max(rust, key=lambda n: cap(n) or 0.0)
+        top_rust = max(rust, key=lambda n: (best(n)["rate"], cap(n) or 0.0))
 
         def against(label: str, mine: list[str]) -> None:
             mine = [n for n in mine if best(n)]
             if not mine:
                 print(f"Goal (issue 22): {label} >= SGLang's Rust client: NOT MET ({label}: no passing level)")
                 return
-            top = max(mine, key=lambda n: cap(n) or 0.0)
+            top = max(mine, key=lambda n: (best(n)["rate"], cap(n) or 0.0))
             bound = [n for n in (top, top_rust) if stops.get(n, "").startswith("void")]
-            met = "MET" if cap(top) >= cap(top_rust) else "NOT MET"
+            # capacity is the highest passing level; at one level the streamed figures differ by
+            # what the servers happened to write, so equal levels are a tie (>= holds), named so
+            mine_rate, rust_rate = round(best(top)["rate"]), round(best(top_rust)["rate"])
+            met = ("NOT MET" if mine_rate < rust_rate else
+                   "MET, a tie by level" if mine_rate == rust_rate else "MET")
             print(f"Goal (issue 22): {label} >= SGLang's Rust client: {met} "
                   f"({top} {fmt(cap(top), 0)} tok/s streamed at {best(top)['rate']:.0f} configured vs {top_rust} "
                   f"{fmt(cap(top_rust), 0)} at {best(top_rust)['rate']:.0f}, {fmt(ratio(cap(top), cap(top_rust)), 3)}x)"

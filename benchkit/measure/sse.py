@@ -77,6 +77,13 @@ class SSEParser:
         """Bytes of an unfinished line or an undispatched event are held."""
         return bool(self._buf or self._data or self._event or self._head)
 
+    @property
+    def idle(self) -> bool:
+        """Between events: the BOM check is decided and no line, field or event is held (the
+        next bytes start a fresh line of a fresh event)."""
+        return (self._head is None and not self._buf and not self._data and not self._event
+                and not self._skip_lf)
+
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         """Parse the next bytes of the stream; returns the events they completed, in order."""
         if self._head is not None:  # the stream's first bytes: drop one leading BOM
