@@ -86,6 +86,8 @@ STREAMS = {
                                           b'"usage":{"prompt_tokens":2,"completion_tokens":3.0}}')],
     "choices that are not objects": [_sse(b'{"choices":[5]}')],
     "invalid UTF-8 in a skipped field": [_sse(_cmpl("a", [1])), b'data: {"id":"\xff","choices":[{"text":"b"}]}\n\n'],
+    "an error, then invalid UTF-8, in one read": [_sse(_cmpl("a", [1])), _sse({"error": {"message": "x"}})
+                                                  + b'data: {"choices":[{"text":"\xff"}]}\n\n'],
     "invalid UTF-8 in the text": [b'data: {"choices":[{"text":"\xe4\xb8"}]}\n\n'],
     "non-ASCII text": [_sse(_cmpl("h\u00e9llo \u4e16", [1, 2])), _sse(_cmpl("\U0001f600", [3], "stop"))],
     "duplicate keys": [_sse(b'{"choices":[{"text":"a","token_ids":[1]}],"choices":[{"text":"b","token_ids":[2,3]}]}')],
@@ -203,3 +205,35 @@ def test_whole_chunk_fast_path_leaves_bad_framing_to_the_state_machine():
         body.state, body.mode = body.SIZE, "chunked"
         with pytest.raises(httpstream.HttpError, match=message):
             body.feed(raw, [])
+
+
+# -- random streams: every shape above, mixed, cut into reads at random places ----------------------
+
+def _random_pieces(rng: random.Random) -> list[bytes]:
+    pool = [piece for name in sorted(STREAMS) for piece in STREAMS[name] if b"[DONE]" not in piece]
+    events = [rng.choice(pool) for _ in range(rng.randrange(1, 12))]
+    if rng.random() < 0.5:
+        events.append(b"data: [DONE]\n\n")
+    raw = b"".join(events)
+    if rng.random() < 0.2:
+        raw = b"\xef\xbb\xbf" + raw  # a byte-order mark first
+    # reads: mostly whole events (the fast path's case), sometimes several, sometimes cut anywhere
+    pieces, at = [], 0
+    while at < len(raw):
+        if rng.random() < 0.6:
+            end = raw.find(b"\n\n", at)
+            end = len(raw) if end < 0 else end + 2
+            while rng.random() < 0.2 and end < len(raw):
+                nxt = raw.find(b"\n\n", end)
+                end = len(raw) if nxt < 0 else nxt + 2
+        else:
+            end = min(len(raw), at + rng.randrange(1, 200))
+        pieces.append(raw[at:end])
+        at = end
+    return pieces
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_streams_record_the_same_on_both_paths(seed):
+    pieces = _random_pieces(random.Random(seed))
+    assert _run(pieces, fast=True) == _run(pieces, fast=False)

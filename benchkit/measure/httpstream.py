@@ -35,10 +35,11 @@ buffer, the bytes copied out, the stamp taken from the control message, then the
 that arrive whole (the common case: one SSE message per chunk per read) are cut out by
 `_Body._whole_chunks` without the general state machine, which takes over at the first chunk
 that is split, carries an extension or ends the body. On the 2-core dev machine `recvmsg` with
-a 256 KiB size cost about 18 us per read against 5 us for `recvmsg_into` (Python allocates the
-whole size and shrinks it each time); with both changes and the load client's typed fast path,
-eight client processes on the 16-core H200 machine kept 1 ms timing at 2.1x the streamed rate
-they kept before at 256 streams (benchmarks/README.md, "Client capacity").
+a 256 KiB size cost about 20 us per read against 5 us for `recvmsg_into` (Python allocates the
+whole size and shrinks it each time; benchmarks/read_cost.py). With both changes and the load
+client's typed fast path, eight client processes on the 16-core H200 machine kept 1 ms timing at
+2.1x the streamed rate they kept before at 256 streams (benchmarks/README.md, "Client
+capacity").
 
 Protocol: HTTP/1.1 keep-alive, request with `Content-Length`, answer framed by
 `Transfer-Encoding: chunked`, `Content-Length`, or the connection's end (RFC 9112 section 6.3);
@@ -370,8 +371,7 @@ class _Conn:
         pool = self.pool
         try:
             # into the pool's one buffer: `recvmsg(READ_SIZE)` would allocate READ_SIZE bytes per
-            # read and shrink them, which cost 25 us per read against 5 us here (glibc hands a
-            # 256 KiB block out by mmap)
+            # read and shrink them (module docstring, benchmarks/read_cost.py)
             size, anc, _flags, _addr = self.sock.recvmsg_into(pool.read_view, _ANC_SIZE)
         except (BlockingIOError, InterruptedError):
             return

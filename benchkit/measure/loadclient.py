@@ -397,14 +397,17 @@ class RequestStream(Sink):
         # Fast path: the parser holds nothing and the piece is whole `data: ` events (one per read
         # is the common case), none of them [DONE]: no SSE state machine, and each event's JSON
         # is decoded into typed structs. Anything else takes the general path below.
+        # (UTF-8 is checked on the whole piece, as the parser decodes every event of a read before
+        # the first is handled; msgspec would not check the fields it skips)
         if self.fast and piece[-2:] == b"\n\n" and piece[:6] == b"data: " and b"\r" not in piece \
-                and b"[DONE]" not in piece:
+                and b"[DONE]" not in piece and (piece.isascii() or _is_utf8(piece)):
             if piece.find(b"\n") == len(piece) - 2:
                 return self._fast_event(piece[6:-2], t_ns)
             parts = piece[:-2].split(b"\n\n")
             if all(p[:6] == b"data: " and b"\n" not in p for p in parts):
-                for p in parts:
+                for i, p in enumerate(parts):
                     if self._fast_event(p[6:], t_ns):
+                        self.parser.events_dispatched += len(parts) - 1 - i  # the parser dispatches them all
                         return True
                 return False
         raw = self.raw
@@ -428,13 +431,12 @@ class RequestStream(Sink):
         return False
 
     def _fast_event(self, data: bytes, t_ns: int) -> bool:
-        """One `data:` event's bytes (the fast path of `data`); True once the sink is done."""
-        msg = None
-        if data.isascii() or _is_utf8(data):  # msgspec does not check the fields it skips
-            try:
-                msg = _fast_decode(data)
-            except msgspec.MsgspecError:
-                pass
+        """One `data:` event's bytes, valid UTF-8 (the fast path of `data`); True once the sink is
+        done."""
+        try:
+            msg = _fast_decode(data)
+        except msgspec.MsgspecError:
+            msg = None
         choices = msg.choices if msg is not None else None
         if (not choices or msg.metrics is not _UNSET or msg.sglext is not _UNSET
                 or msg.meta_info is not _UNSET):
