@@ -199,7 +199,7 @@ class _Body:
     def feed(self, data: bytes, out: list[bytes]) -> None:
         """Append the body bytes `data` completes to `out`; raises HttpError on bad framing."""
         pos = 0
-        if self.state == 1 and not self.buf:  # SIZE: the read starts at a chunk (the common case)
+        if self.state == self.SIZE and not self.buf:  # the read starts at a chunk (the common case)
             pos = self._whole_chunks(data, out)
             if pos == len(data):
                 return

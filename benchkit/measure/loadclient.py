@@ -51,14 +51,14 @@ that holds whole `data: ` events (not [DONE]) skips the parser, and each event's
 into typed msgspec structs holding only the fields read here (`_FastChunk`); any other shape
 (no choices, an error, engine extras such as `metrics` or `sglext`, a field of another type,
 invalid UTF-8 anywhere) is handed to the general path unchanged, so both record the same
-(tests/test_loadclient_fastpath.py). Event loop: uvloop where it is installed (it is in vLLM's and the
-GPU image's environments; measured about 10 % less client CPU per token than asyncio's own loop
-on the 2-core dev machine), else asyncio's; `ClientHeadroom.event_loop` records which. Per
-message the client decodes the JSON (msgspec, typed on the fast path), appends three integers to
-flat arrays and, where asked, the token ids; with kernel stamps the time Python takes per message no longer moves the
-stamps, only how many streams one process can keep up with (a stream whose next message
-arrives before the previous one was read gets one stamp for both: the kernel merges queued
-packets and keeps the newest stamp).
+(tests/test_loadclient_fastpath.py). Event loop: uvloop where it is installed (it is in vLLM's
+and the GPU image's environments; measured about 10 % less client CPU per token than asyncio's
+own loop on the 2-core dev machine), else asyncio's; `ClientHeadroom.event_loop` records which.
+Per message the client decodes the JSON (msgspec, typed on the fast path), appends three
+integers to flat arrays and, where asked, the token ids; with kernel stamps the time Python
+takes per message no longer moves the stamps, only how many streams one process can keep up
+with (a stream whose next message arrives before the previous one was read gets one stamp for
+both: the kernel merges queued packets and keeps the newest stamp).
 """
 
 from __future__ import annotations
@@ -571,9 +571,7 @@ class RequestStream(Sink):
             self.text.append(reasoning)
         if content:
             self.text.append(content)
-        self.t_ns.append(t_ns)
-        self.tokens.append(tokens)
-        self.kinds.append(_REASONING if reasoning and not content else _CONTENT)
+        self._record(t_ns, tokens, _REASONING if reasoning and not content else _CONTENT)
 
     def _spec(self, msg: dict) -> None:
         details = parse_spec_details(msg)
