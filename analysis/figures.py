@@ -284,6 +284,9 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
     tps = sorted({sp.point.tp for sp in speedups} | {k[3] for k in out_cells})
     several_len = len({ol for _, ol in panels}) > 1
     cells = cell_speedups(speedups)
+    by_column: dict[tuple, list[Speedup]] = defaultdict(list)  # (concurrency, output length, TP) -> cells
+    for (c, o, _, t), sp in cells.items():
+        by_column[(c, o, t)].append(sp)
     n_cols = min(len(panels), 4)
     n_rows = math.ceil(len(panels) / n_cols)
     height = 90 + n_rows * (80 + 34 * len(labels))
@@ -295,7 +298,7 @@ def speedup_heatmap(speedups: list[Speedup], points_by_run: dict[int, Point], ba
         fig = verdicts.figure_for(choice, conc)
         winners = {}
         for tp in tps:
-            v = verdicts.verdict([sp for (c, o, _, t), sp in cells.items() if (c, o, t) == (conc, out_len, tp)], fig)
+            v = verdicts.verdict(by_column.get((conc, out_len, tp), []), fig)
             if v.winner is not None:
                 winners[tp] = v.winner.speedup
         z, text, hover, custom = [], [], [], []

@@ -37,6 +37,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -133,10 +134,25 @@ class _Ols:
         cov = sd ** 2 * np.linalg.pinv(X.T @ X)
         return cls(coef, cov, sd, dof)
 
-    def predict(self, x: np.ndarray) -> tuple[float, float]:
-        """(value, standard error of a new observation at x)."""
-        value = float(x @ self.coef)
-        return value, math.sqrt(max(float(x @ self.cov @ x), 0.0) + self.sd ** 2)
+
+def _predict(x: tuple[float, ...], coef: tuple[float, ...], cov: tuple[tuple[float, ...], ...],
+             sd: float) -> tuple[float, float]:
+    """(value, standard error of a new observation at x) of a least-squares fit (coefficients
+    `coef`, their covariance `cov`, residual sd `sd`): x'coef and sqrt(x'cov x + sd^2), summed in
+    the order numpy's `x @ coef` and `(x @ cov) @ x` sum them. Plain floats: the fits here have
+    2 or 3 parameters, where numpy's per-call cost was most of the work, and a "what to run"
+    panel predicts about a thousand candidates per request (issue 22)."""
+    n = len(coef)
+    value = 0.0
+    for i in range(n):
+        value += x[i] * coef[i]
+    var = 0.0
+    for j in range(n):
+        col = 0.0
+        for i in range(n):
+            col += x[i] * cov[i][j]
+        var += col * x[j]
+    return value, math.sqrt(max(var, 0.0) + sd ** 2)
 
 
 def _exact(value: float) -> Estimate:
@@ -171,21 +187,20 @@ class StepCostFit:
     observations: tuple[tuple[str, int, float], ...]
     notes: tuple[str, ...] = ()
 
-    def _row(self, v: float) -> np.ndarray:
-        row = [1.0, v - self.concurrency]
-        if self.knee_tokens_per_step is not None:
-            row.append(max(0.0, v - self.knee_tokens_per_step))
-        return np.array(row)
+    def _row(self, v: float) -> tuple[float, ...]:
+        v = float(v)
+        if self.knee_tokens_per_step is None:
+            return (1.0, v - self.concurrency)
+        return (1.0, v - self.concurrency, max(0.0, v - self.knee_tokens_per_step))
 
     @functools.cached_property
-    def _ols(self) -> _Ols:
-        """The fit as arrays, built once per fit (a sweep page predicts thousands of candidates)."""
-        return _Ols(np.array(self.coef[: 3 if self.knee_tokens_per_step is not None else 2]), np.array(self.cov),
-                    self.residual_sd, self.dof)
+    def _coef(self) -> tuple[float, ...]:
+        """The fitted coefficients (2 without a knee, else 3)."""
+        return tuple(self.coef[: 3 if self.knee_tokens_per_step is not None else 2])
 
     def predict(self, verified_tokens_per_step: float) -> Estimate:
         """Relative step cost at V, with its prediction interval (None when dof is 0)."""
-        value, se = self._ols.predict(self._row(verified_tokens_per_step))
+        value, se = _predict(self._row(verified_tokens_per_step), self._coef, self.cov, self.residual_sd)
         return _estimate(1.0 + value, se, self.dof, lo_clip=0.0)
 
     def extrapolates(self, verified_tokens_per_step: float) -> bool:
@@ -312,14 +327,9 @@ class TreeAcceptanceFit:
 
     def predict(self, budget: int) -> Estimate:
         """tau at `budget`, clamped to [1, budget + 1], with its prediction interval."""
-        value, se = self._ols.predict(np.array([1.0, math.log1p(budget)]))
+        value, se = _predict((1.0, math.log1p(budget)), self.coef, self.cov, self.residual_sd)
         est = _estimate(value, se, self.dof, lo_clip=1.0, hi_clip=budget + 1.0)
-        return replace(est, value=min(max(est.value, 1.0), budget + 1.0))
-
-    @functools.cached_property
-    def _ols(self) -> _Ols:
-        """The fit as arrays, built once per fit."""
-        return _Ols(np.array(self.coef), np.array(self.cov), self.residual_sd, self.dof)
+        return Estimate(min(max(est.value, 1.0), budget + 1.0), est.low, est.high, est.se, est.dof)
 
     def extrapolates(self, budget: int) -> bool:
         """Budget outside the measured ones' range."""
@@ -435,8 +445,9 @@ def recommend(points: Sequence[MeasuredPoint], *, knee_tokens_per_step: float | 
     measured = {} if pooled else {key: base / _median(p.tpot_ms for p in ps) for key, ps in by_config.items()}
     labels = {key: ps[0].name for key, ps in by_config.items()}
     notes: list[str] = list(cost_fit.notes)
-    preds: list[Prediction] = [Prediction("auto", "auto", 0, B, _exact(1.0), _exact(1.0), _exact(1.0),
-                                          measured.get(("auto", 0)))]
+    preds: list[dict[str, Any]] = [{  # Prediction fields but overlaps_best, known once they are ranked
+        "label": "auto", "method": "auto", "draft_tokens": 0, "verified_tokens_per_step": B, "tau": _exact(1.0),
+        "relative_cost": _exact(1.0), "speedup": _exact(1.0), "measured_speedup": measured.get(("auto", 0))}]
     tree_fits: list[TreeAcceptanceFit] = []
     methods = sorted({p.method for p in points if p.method != "auto"})
     for method in methods:
@@ -465,9 +476,9 @@ def recommend(points: Sequence[MeasuredPoint], *, knee_tokens_per_step: float | 
             for k in sorted({p.draft_tokens for p in mpoints}):
                 tau = _median(p.tau for p in mpoints if p.draft_tokens == k)
                 preds.append(_candidate(method, k, B, _exact(tau), cost_fit, False, measured, labels))
-    preds.sort(key=lambda p: -p.speedup.value)
-    best = preds[0].speedup
-    ranked = tuple(replace(p, overlaps_best=_overlap(p.speedup, best)) for p in preds)
+    preds.sort(key=lambda p: -p["speedup"].value)
+    best = preds[0]["speedup"]
+    ranked = tuple(Prediction(**p, overlaps_best=_overlap(p["speedup"], best)) for p in preds)
     return Recommendation(cost_fit, tuple(tree_fits), ranked, tuple(dict.fromkeys(notes)))
 
 
@@ -478,16 +489,17 @@ def _overlap(a: Estimate, b: Estimate) -> bool:
 
 
 def _candidate(method: str, k: int, B: int, tau: Estimate, cost_fit: StepCostFit, tau_extrapolated: bool,
-               measured: dict[tuple[str, int], float], labels: dict[tuple[str, int], str]) -> Prediction:
+               measured: dict[tuple[str, int], float], labels: dict[tuple[str, int], str]) -> dict[str, Any]:
+    """A candidate's Prediction fields (all but overlaps_best)."""
     v = B * (k + 1)
     cost = cost_fit.predict(v)
     speedup = _speedup(tau, cost)
     got = measured.get((method, k))
-    return Prediction(
-        label=labels.get((method, k), _label(method, k)), method=method, draft_tokens=k, verified_tokens_per_step=v,
-        tau=tau, relative_cost=cost, speedup=speedup, measured_speedup=got,
-        outside_interval=None if got is None or speedup.low is None else not speedup.contains(got),
-        extrapolated=tau_extrapolated or cost_fit.extrapolates(v))
+    return {"label": labels.get((method, k), _label(method, k)), "method": method, "draft_tokens": k,
+            "verified_tokens_per_step": v, "tau": tau, "relative_cost": cost, "speedup": speedup,
+            "measured_speedup": got,
+            "outside_interval": None if got is None or speedup.low is None else not speedup.contains(got),
+            "extrapolated": tau_extrapolated or cost_fit.extrapolates(v)}
 
 
 @dataclass(frozen=True)

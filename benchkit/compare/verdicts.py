@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from benchkit.compare.lossless import LosslessMark, lossless_mark
 from benchkit.compare.speedups import DECODE, END_TO_END, MIN_REPEATS_FOR_CI, Speedup, SpeedupFigure
@@ -68,11 +67,6 @@ SPEEDUP_CHOICES: dict[str, str] = {
 WINNER, TIE, SINGLE, FEW, NONE = "winner", "tie", "single", "few", "none"
 
 
-def _figure(p: Point, name: str) -> Any:
-    """A point's figure, None when unknown or not loaded on it."""
-    return getattr(p, name, None)
-
-
 def mark_codes(p: Point) -> list[str]:
     """The codes of a point's suspect marks (`Point.suspect_reasons`, each "code: message")."""
     return [str(r).split(":", 1)[0].strip() for r in (p.suspect_reasons or ())]
@@ -82,15 +76,17 @@ def exclusion_reason(p: Point) -> str:
     """Why point `p` may not feed a verdict (the module docstring's rules, each that applies,
     joined by '; '), or '' when it may. Reads `median_tpot_ms`, `duration_s`, `completed` (an
     unknown or unloaded figure is not degenerate) and the suspect marks."""
+    tpot, window, done = (getattr(p, "median_tpot_ms", None), getattr(p, "duration_s", None),
+                          getattr(p, "completed", None))
+    if (not p.suspect_reasons and (tpot is None or tpot > 0) and (window is None or window >= MIN_WINDOW_S)
+            and (done is None or done >= MIN_COMPLETED_REQUESTS)):
+        return ""  # the common case, read first: a page asks this of thousands of points
     why = []
-    tpot = _figure(p, "median_tpot_ms")
     if tpot is not None and tpot <= 0:
         why.append("median TPOT 0 ms (most requests got every token in their first message: no decoding step "
                    "was timed)")
-    window = _figure(p, "duration_s")
     if window is not None and window < MIN_WINDOW_S:
         why.append(f"window {window:.2f} s, shorter than the minimum {MIN_WINDOW_S:g} s")
-    done = _figure(p, "completed")
     if done is not None and done < MIN_COMPLETED_REQUESTS:
         why.append(f"{done} completed request{'s' if done != 1 else ''}, fewer than the minimum "
                    f"{MIN_COMPLETED_REQUESTS}")
