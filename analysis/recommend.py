@@ -1,11 +1,16 @@
 """What to run next (issue 20): the fitted cost model (benchkit.compare.costmodel) over a sweep's
 stored points, per TP and concurrency; no queries here.
 
-Groups are (host, GPU model, TP, engine build, model) x concurrency B, as the cost model wants
-them. At a measured B the group is fitted on its own (`recommend`); at a B the sweep never
-measured the cost is fitted on the same TP's groups pooled (`fit_pooled_step_cost`) and the
-acceptance from every point of the TP. The knee is the roofline ridge of the group
-(analysis.ceilings) where the GPU and model are known, else a single line.
+Groups are (host, GPU model, TP, engine build, model, input and output length) x concurrency B,
+as the cost model wants them: TPOT grows with the context, so a relative step cost is only
+measured against the AR runs of the same workload shape. Where a TP has several groups (a grid
+over output or input lengths, several hosts) the one with the most runs is fitted, ties going
+to the longest output and then the longest input (the headline reads the longest output too);
+a note names it, and the page's output-length filter picks another. At a measured B the group
+is fitted on its own (`recommend`); at a B the sweep never measured the cost is fitted on the
+group's measured concurrencies pooled (`fit_pooled_step_cost`) and the acceptance from all its
+points. The knee is the roofline ridge of the group (analysis.ceilings) where the GPU and model
+are known, else a single line.
 
 `recommend_for(points, inputs, tp, concurrency)` returns a `PanelEntry` (the ranking or why
 there is none); `panel(points, inputs)` one entry per measured (TP, B); `sweep_file_for(...)`
@@ -75,6 +80,9 @@ class PanelEntry:
     rec: Recommendation | None = None
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    #: the fitted group's workload shape (tokens; None where the points do not say)
+    input_len: int | None = None
+    output_len: int | None = None
 
     @property
     def top(self) -> list[Prediction]:
@@ -99,12 +107,26 @@ def _knee(points, inputs, concurrency: int) -> float | None:
 
 
 def _groups(points) -> dict[tuple, dict[int, list]]:
-    """{(host, GPU names, TP, build, model): {B: [Point]}}."""
+    """{(host, GPU names, TP, build, model, input length, output length): {B: [Point]}}."""
     out: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for p in points:
         if p.concurrency:
-            out[(p.host_id, tuple(sorted(set(p.gpu_names))), p.tp, p.engine_build, p.model)][p.concurrency].append(p)
+            out[(p.host_id, tuple(sorted(set(p.gpu_names))), p.tp, p.engine_build, p.model, p.input_len,
+                 p.output_len)][p.concurrency].append(p)
     return out
+
+
+def _fitted_first(kv: tuple[tuple, dict[int, list]]) -> tuple:
+    """Sort key of a group: its number of runs, then its output and input length (module doc)."""
+    key, by_b = kv
+    return sum(len(v) for v in by_b.values()), key[6] or 0, key[5] or 0
+
+
+def _shape(input_len: int | None, output_len: int | None) -> str:
+    """A workload shape in words ('?' for a length the points do not say)."""
+    def said(n: int | None) -> str:
+        return "?" if n is None else str(n)
+    return f"input {said(input_len)}, output {said(output_len)} tokens"
 
 
 def recommend_for(points, inputs, tp: int, concurrency: int, grouped: dict | None = None) -> PanelEntry:
@@ -115,21 +137,23 @@ def recommend_for(points, inputs, tp: int, concurrency: int, grouped: dict | Non
     groups = [(key, by_b) for key, by_b in grouped.items() if key[2] == tp]
     if not groups:
         return PanelEntry(tp, concurrency, False, error=f"no counted run at TP {tp}")
-    key, by_b = max(groups, key=lambda kv: sum(len(v) for v in kv[1].values()))
-    notes = [] if len(groups) == 1 else [f"{len(groups)} groups at TP {tp} (hosts, GPUs, builds or models): the "
-                                         "one with the most runs is used"]
+    key, by_b = max(groups, key=_fitted_first)
+    shape = {"input_len": key[5], "output_len": key[6]}
+    notes = [] if len(groups) == 1 else [
+        f"{len(groups)} groups at TP {tp} (hosts, GPUs, builds, models or workload shapes): fitted on the one with "
+        f"the most runs, {_shape(key[5], key[6])}; another output length: the page's filter or --output-len"]
     all_pts = [p for ps in by_b.values() for p in ps]
     try:
         if concurrency in by_b:
             mps = [m for m in (measured_point(p, inputs) for p in by_b[concurrency]) if m]
             rec = recommend(mps, knee_tokens_per_step=_knee(by_b[concurrency], inputs, concurrency))
-            return PanelEntry(tp, concurrency, True, rec, notes=notes + list(rec.notes))
+            return PanelEntry(tp, concurrency, True, rec, notes=notes + list(rec.notes), **shape)
         per_b = [[m for m in (measured_point(p, inputs) for p in ps) if m] for _, ps in sorted(by_b.items())]
         cost = fit_pooled_step_cost(per_b, concurrency, lambda b: _knee(all_pts, inputs, b))
         rec = recommend([m for g in per_b for m in g], cost_fit=cost)
-        return PanelEntry(tp, concurrency, False, rec, notes=notes + list(rec.notes))
+        return PanelEntry(tp, concurrency, False, rec, notes=notes + list(rec.notes), **shape)
     except CostModelError as exc:
-        return PanelEntry(tp, concurrency, concurrency in by_b, error=str(exc), notes=notes)
+        return PanelEntry(tp, concurrency, concurrency in by_b, error=str(exc), notes=notes, **shape)
 
 
 def panel(points, inputs) -> list[PanelEntry]:
@@ -216,6 +240,9 @@ def sweep_file_for(sweep_spec: dict[str, Any], entry: PanelEntry, n: int = 3) ->
         item["tree_budget" if "tree_budget" in c else "num_speculative_tokens"] = c.get("tree_budget", c.get("k"))
         methods.append(item)
     grid.update(tp=[entry.tp], concurrency=[entry.concurrency], methods=methods)
+    for axis in ("output_len", "input_len"):  # the workload shape the model was fitted on
+        if getattr(entry, axis) is not None:
+            grid[axis] = [getattr(entry, axis)]
     spec["grid"] = grid
     spec["name"] = f"{sweep_spec.get('name', 'sweep')}-next-tp{entry.tp}-c{entry.concurrency}"
     spec["description"] = (f"Top {len(cands)} candidates of the cost model at TP {entry.tp}, concurrency "

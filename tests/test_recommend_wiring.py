@@ -9,7 +9,7 @@ import io
 
 import pytest
 import yaml
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from benchkit.compare.costmodel import recommend
@@ -83,3 +83,14 @@ def test_sweep_page_panel_and_ridge_figure(client):
     only_tp4 = client.get(url + "?tp=4").content.decode()
     assert "TP 4 · concurrency 8" in only_tp4 and "TP 1 · concurrency" not in only_tp4
     assert client.get(url + "?tp=banana").status_code == 400
+
+
+def test_output_len_picks_the_fitted_shape():
+    """`--output-len` fits on the runs of that output length; one the sweep lacks is a clear error."""
+    sweep = make_users_grid()
+    seed()
+    out_len = sweep.runs.values_list("output_len", flat=True).first()
+    assert run_cmd(sweep.pk, "--tp", 1, "--concurrency", 8, "--output-len", out_len) == \
+        run_cmd(sweep.pk, "--tp", 1, "--concurrency", 8)
+    with pytest.raises(CommandError, match=f"sweep {sweep.pk} has no counted run of output length 7"):
+        run_cmd(sweep.pk, "--output-len", 7)

@@ -1,6 +1,8 @@
-"""`python manage.py recommend SWEEP [--tp N] [--concurrency B] [--top N] [--write-sweep FILE]`: what
-to run next, from the fitted cost model over the sweep's counted runs (analysis.recommend,
-docs/CEILINGS.md "The cost model"); the same ranking as the sweep page's "what to run" panel."""
+"""`python manage.py recommend SWEEP [--tp N] [--concurrency B] [--output-len N] [--top N]
+[--write-sweep FILE]`: what to run next, from the fitted cost model over the sweep's counted runs
+(analysis.recommend, docs/CEILINGS.md "The cost model"); the same ranking as the sweep page's
+"what to run" panel. Fitted on one workload shape per TP (analysis.recommend: the one with the
+most runs, else the longest output); `--output-len` picks another."""
 
 from pathlib import Path
 
@@ -25,6 +27,8 @@ class Command(BaseCommand):
         parser.add_argument("sweep", type=int, help="sweep id")
         parser.add_argument("--tp", type=int, help="tensor parallel size (default: every TP of the sweep)")
         parser.add_argument("--concurrency", type=int, help="concurrency B (default: every measured one)")
+        parser.add_argument("--output-len", type=int, help="fit on the runs of this output length (tokens; "
+                            "default: the workload shape with the most runs, the longest output on a tie)")
         parser.add_argument("--top", type=int, default=3, help="candidates in --write-sweep (default 3)")
         parser.add_argument("--write-sweep", metavar="FILE", help="write a sweep file of the top candidates")
 
@@ -32,9 +36,11 @@ class Command(BaseCommand):
         sweep = Sweep.objects.filter(pk=opts["sweep"]).first()
         if sweep is None:
             raise CommandError(f"no sweep {opts['sweep']}")
-        points = selectors.figure_points(sweep.pk, FIELDS, None)
+        chosen = {"output_len": [opts["output_len"]]} if opts["output_len"] else {}
+        points = selectors.figure_points(sweep.pk, FIELDS, None, **chosen)
         if not points:
-            raise CommandError(f"sweep {sweep.pk} has no counted run")
+            raise CommandError(f"sweep {sweep.pk} has no counted run"
+                               + (f" of output length {opts['output_len']}" if chosen else ""))
         inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
         tps = [opts["tp"]] if opts["tp"] else sorted({p.tp for p in points})
         entries = []
