@@ -27,13 +27,16 @@ def run_sweep_offline(sweep_path: str | Path, out: str | Path, host: str | None 
     """Execute every run of the sweep file at `sweep_path` on this host into the bundle `out`
     (benchkit.execution.offline.run_offline): the file read by benchkit.sweeps.sweepfile with its
     `{name}` placeholders filled from `variables`, its GPUs planned on `inventory` (default:
-    collect_inventory() now, as a worker plans them on the host's latest snapshot).
+    collect_inventory() now, as a worker plans them on the host's latest snapshot). The
+    acceptance-controlled twins the file asks for (`twin:`) run too where the file gives their
+    golden `tau:` (benchkit.sweeps.twins; an offline host has no earlier nights for the median),
+    each written as the twin of its real run; a point without one is a line on stderr saying why.
     Raises sweepfile.SweepError (bad file; sweepfile.PointsRefused for runs the host cannot hold:
     TP above its GPU count, a pinned GPU it lacks, a NUMA crossing the file forbids) and what
     run_offline raises."""
     from benchkit.execution.offline import default_host_name, run_offline
     from benchkit.hosts.inventory import collect_inventory
-    from benchkit.sweeps import sweepfile
+    from benchkit.sweeps import sweepfile, twins
 
     sweep_path = Path(sweep_path)
     text = sweep_path.read_text(encoding="utf-8")
@@ -42,8 +45,21 @@ def run_sweep_offline(sweep_path: str | Path, out: str | Path, host: str | None 
     inventory = inventory if inventory is not None else collect_inventory()
     host = host or default_host_name()
     _plan, specs = spec.expand_on(inventory, host)  # PointsRefused (a SweepError) before anything runs
+    twin_of: dict[int, tuple[int, str]] = {}  # a twin's index in the run list -> (its real run's, tau source)
+    reals = list(specs)
+    for i, plan in twins.plan_twins(spec, reals):  # no earlier nights here: a twin needs the file's golden tau
+        r = reals[i]
+        where = f"{r.server.method} TP{r.server.tp} c{r.workload.concurrency}"
+        if plan.spec is None:
+            print(f"{where}: {plan.note} (an offline host has no earlier nights: give `tau:` in the file's twin)",
+                  file=sys.stderr)
+            continue
+        twin_of[len(specs)] = (i, plan.source)
+        specs.append(plan.spec)
+        print(f"{where}: {plan.note}", file=sys.stderr)
     return run_offline(specs, out, sweep_name=spec.name, sweep_file=str(sweep_path), sweep_text=text,
-                       share_server=spec.share_server, inventory=inventory, host=host, progress=progress)
+                       share_server=spec.share_server, inventory=inventory, host=host, progress=progress,
+                       twins=twin_of)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

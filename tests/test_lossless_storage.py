@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from benchkit.__main__ import run_sweep_offline
 from benchkit.compare import lossless as ll
-from benchkit.execution.bundle import MANIFEST, open_bundle, sha256_hex
+from benchkit.execution.bundle import BUNDLE_FORMAT_VERSION, MANIFEST, open_bundle, sha256_hex
 from benchkit.execution.outcome import RunOutcome
 from benchkit.hosts.inventory import HostInventory
 from benchkit.measure import metrics
@@ -205,7 +205,7 @@ def test_offline_bundles_carry_the_outputs_and_older_bundles_stay_readable(tmp_p
     assert (summary.succeeded, summary.failed) == (4, 0)
     old = Path(shutil.copytree(tmp_path / "bundle", tmp_path / "bundle-v2"))
     bundle = open_bundle(tmp_path / "bundle")
-    assert bundle.manifest.format_version == 3
+    assert bundle.manifest.format_version == BUNDLE_FORMAT_VERSION == 4
     first = bundle.run(bundle.manifest.runs[0])
     assert first.outputs is not None and len(first.outputs) == 5 and first.client_options["return_token_ids"] is False
 

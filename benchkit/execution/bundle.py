@@ -22,13 +22,15 @@ is never ingested. Reading (`open_bundle`, `open_bundle_tar`) validates every fi
 telemetry that decode) and raises BundleError naming the file and the field.
 
 Versions: 2 made the run file the RunOutcome model, which added the GPU telemetry stream,
-efficiency figures and GPU verdicts that version 1 lacked; 3 (this code) added the run's output
-digests (`outputs`, the lossless check's input) and the load client's options
-(`client_options`). Older bundles (written by an offline host not yet upgraded) stay readable:
-a version 2 run file is a version 3 one without those two keys (no outputs: its spec runs are
-"not checked: outputs not kept"); a version 1 run file is read with its four renamed keys mapped
-(`upgrade_v1_run`) and no GPU data. A dashboard older than the bundle refuses it by its version,
-never half-reads it.
+efficiency figures and GPU verdicts that version 1 lacked; 3 added the run's output digests
+(`outputs`, the lossless check's input) and the load client's options (`client_options`); 4
+(this code) added acceptance-controlled twins (`twin_of`: the UUID of the real run in the same
+bundle, `pinned_tau_source`), which a file may ask for offline with a golden tau. Older bundles
+(written by an offline host not yet upgraded) stay readable: a version 3 run file is a version
+4 one that is no twin; a version 2 run file is a version 3 one without those two keys (no
+outputs: its spec runs are "not checked: outputs not kept"); a version 1 run file is read with
+its four renamed keys mapped (`upgrade_v1_run`) and no GPU data. A dashboard older than the
+bundle refuses it by its version, never half-reads it.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from benchkit.execution.outcome import RunOutcome, first_error
 from benchkit.hosts import HOST_NAME_PATTERN
 from benchkit.specs import RunSpec
 
-#: The bundle layout this code writes; it also reads versions 1 and 2 (see the module docstring).
-BUNDLE_FORMAT_VERSION = 3
+#: The bundle layout this code writes; it also reads versions 1 to 3 (see the module docstring).
+BUNDLE_FORMAT_VERSION = 4
 BUNDLE_FORMAT = "draftboard-bundle"
 MANIFEST = "manifest.json"
 #: Most bytes one bundle file may have when read (a run's request logs are zlib-compressed).
@@ -97,7 +99,7 @@ class BundleManifest(_Strict):
     finished runs."""
 
     format: Literal["draftboard-bundle"] = BUNDLE_FORMAT
-    format_version: Literal[1, 2, 3] = BUNDLE_FORMAT_VERSION
+    format_version: Literal[1, 2, 3, 4] = BUNDLE_FORMAT_VERSION
     bundle_id: UUID
     host: str = Field(pattern=HOST_NAME_PATTERN)
     created_at: datetime
@@ -121,11 +123,14 @@ class BundleRun(RunOutcome):
     `spec` is benchkit.specs.RunSpec.to_dict() and `point_key` its RunSpec.point_key() (checked);
     `state` is succeeded (`ok`, metrics set) or failed (`reason`, a runner code, and `message`);
     `inventory` the host's benchkit.hosts.inventory.HostInventory.to_dict() taken when the sweep
-    started; times are UTC."""
+    started; times are UTC. An acceptance-controlled twin (its spec's `server.acceptance_tau`
+    set, benchkit.sweeps.twins) names its real run's UUID in `twin_of` and where its tau came
+    from in `pinned_tau_source`; a run with pinned acceptance and no real run is refused, as is
+    `twin_of` on a run that pins nothing (ingest would otherwise count a forced acceptance)."""
 
     model_config = ConfigDict(frozen=True, validate_assignment=False)
 
-    format_version: Literal[2, 3] = BUNDLE_FORMAT_VERSION
+    format_version: Literal[2, 3, 4] = BUNDLE_FORMAT_VERSION
     uuid: UUID
     bundle_id: UUID
     host: str
@@ -135,6 +140,8 @@ class BundleRun(RunOutcome):
     started_at: datetime
     finished_at: datetime
     inventory: dict[str, Any] | None = None
+    twin_of: UUID | None = None
+    pinned_tau_source: Literal["", "golden", "median"] = ""
 
     @property
     def state(self) -> str:
@@ -144,11 +151,20 @@ class BundleRun(RunOutcome):
     @model_validator(mode="after")
     def _consistent(self) -> BundleRun:
         try:
-            key = RunSpec.from_dict(self.spec).point_key()
+            run_spec = RunSpec.from_dict(self.spec)
+            key = run_spec.point_key()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"spec: not a run spec ({exc})") from None
         if key != self.point_key:
             raise ValueError("point_key does not match the spec (the spec was changed)")
+        pinned = run_spec.server.acceptance_tau is not None
+        if pinned and self.twin_of is None:
+            raise ValueError("spec.server.acceptance_tau is set (forced acceptance) but twin_of names no real run: "
+                             "a pinned run is only stored as the twin of a real one")
+        if self.twin_of is not None and not pinned:
+            raise ValueError("twin_of is set but the spec pins no acceptance (server.acceptance_tau)")
+        if self.twin_of == self.uuid:
+            raise ValueError("twin_of names the run itself")
         problem = self.problem()
         if problem:
             raise ValueError(problem)

@@ -58,20 +58,25 @@ class OfflineSummary:
 
 
 def bundle_run(outcome: RunOutcome, spec: RunSpec, run_uuid: uuid.UUID, manifest: BundleManifest,
-               inventory: HostInventory, started_at: datetime, finished_at: datetime) -> BundleRun:
+               inventory: HostInventory, started_at: datetime, finished_at: datetime,
+               twin_of: uuid.UUID | None = None, pinned_tau_source: str = "") -> BundleRun:
     """The bundle file of one finished run (see BundleRun): the outcome as it is, plus the run's
     identity (UUID, the manifest's bundle, host and sweep, the spec and its point key), its times
-    and the host's inventory."""
+    and the host's inventory; a twin's real run (`twin_of`) and tau source."""
     return BundleRun(**dict(outcome), uuid=run_uuid, bundle_id=manifest.bundle_id, host=manifest.host,
                      sweep_name=manifest.sweep_name, point_key=spec.point_key(), spec=to_json_data(spec.to_dict()),
-                     started_at=started_at, finished_at=finished_at, inventory=to_json_data(inventory.to_dict()))
+                     started_at=started_at, finished_at=finished_at, inventory=to_json_data(inventory.to_dict()),
+                     twin_of=twin_of, pinned_tau_source=pinned_tau_source)
 
 
 def run_offline(specs: list[RunSpec], out: str | Path, *, sweep_name: str, sweep_file: str, sweep_text: str,
                 share_server: bool, inventory: HostInventory, host: str | None = None,
-                progress: bool | None = None) -> OfflineSummary:
+                progress: bool | None = None, twins: dict[int, tuple[int, str]] | None = None) -> OfflineSummary:
     """Execute `specs` (a sweep's runs, GPUs planned on `inventory`, this host's) and write the
     bundle `out`.
+
+    `twins`: {index of an acceptance-controlled twin in `specs`: (index of its real run, where
+    its pinned tau came from)}; each twin's run file names its real run's UUID (`twin_of`).
 
     `sweep_name`, `sweep_file` (its path), `sweep_text` (the file's text) go to the manifest;
     `share_server`: the sweep's `share_server` (runs with one server key share a start);
@@ -85,6 +90,8 @@ def run_offline(specs: list[RunSpec], out: str | Path, *, sweep_name: str, sweep
                               created_at=datetime.now(UTC), sweep_name=sweep_name, sweep_file=sweep_file[-500:],
                               sweep_text=sweep_text)
     writer = BundleWriter(out, manifest)
+    twins = twins or {}
+    uuids = [uuid.uuid4() for _ in specs]  # known before any run, so a twin can name its real run's
     show_bar = sys.stderr.isatty() if progress is None else progress
     counts = {"succeeded": 0, "failed": 0}
     bar = None
@@ -106,8 +113,9 @@ def run_offline(specs: list[RunSpec], out: str | Path, *, sweep_name: str, sweep
                                     server_tag=uuid.uuid4().hex)
             finished = datetime.now(UTC)
             for i, run_spec, hook, outcome in zip(group, group_specs, hooks, outcomes, strict=True):
-                record = bundle_run(outcome, run_spec, uuid.uuid4(), manifest, inventory,
-                                    hook.started_at or t0, finished)
+                real, source = twins.get(i, (None, ""))
+                record = bundle_run(outcome, run_spec, uuids[i], manifest, inventory, hook.started_at or t0, finished,
+                                    twin_of=uuids[real] if real is not None else None, pinned_tau_source=source)
                 writer.add(record)
                 counts[record.state] += 1
                 line = (f"run {i + 1}/{len(specs)} {record.state}"

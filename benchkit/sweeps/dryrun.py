@@ -112,12 +112,8 @@ def plan_sweep(spec: SweepSpec, inventory: HostInventory | None, host: str = "",
     fit = spec.fit_on(inventory, host)
     runspecs = list(fit.runs)
     twin_notes = []
-    for r in fit.runs:
-        request = spec.twin_for(r)
-        if request is None:
-            continue
-        history = twin_history(r, request.nights) if twin_history and request.tau is None else []
-        twin = twins.plan_twin(r, request, history)
+    for i, twin in twins.plan_twins(spec, fit.runs, twin_history):
+        r = fit.runs[i]
         if twin.spec is not None:
             runspecs.append(twin.spec)
         twin_notes.append(f"{r.server.method} TP{r.server.tp} c{r.workload.concurrency}: {twin.note}")

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from benchkit.engines.adapters import EngineConfigError, adapter_for
 from benchkit.specs import RunSpec
@@ -77,3 +78,21 @@ def plan_twin(spec: RunSpec, request: TwinRequest, history: Sequence[float] = ()
     twin.server.acceptance_tau = tau
     how = "the file's golden tau" if source == GOLDEN else f"median tau of the last {request.nights} nights"
     return TwinPlan(twin, tau, source, f"acceptance-controlled twin: tau pinned to {tau:.4g} ({how}); {change.note}")
+
+
+def plan_twins(spec: Any, runspecs: Sequence[RunSpec],
+               history: Callable[[RunSpec, int], Sequence[float]] | None = None) -> list[tuple[int, TwinPlan]]:
+    """(index into `runspecs`, plan) for every real run whose method variant asks for a twin
+    (`spec.twin_for(run)`, a benchkit.sweeps.sweepfile.SweepSpec), planned by `plan_twin`; a plan
+    without a twin (`plan.spec` None) says why. `history(run, nights)`: the point's tau over its
+    series' earlier nights, asked only where the file gives no golden tau (None: no history, as
+    on an offline host). The one planning loop of a worker's sweep, a dry run and an offline
+    run."""
+    out = []
+    for i, r in enumerate(runspecs):
+        request = spec.twin_for(r)
+        if request is None:
+            continue
+        past = history(r, request.nights) if history is not None and request.tau is None else ()
+        out.append((i, plan_twin(r, request, past)))
+    return out

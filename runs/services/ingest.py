@@ -18,6 +18,10 @@ Rules:
 - One transaction per run (the host row locked, so two ingests of one host take turns).
 - Idempotent on the run UUID (`Run.run_uuid`, unique): a run ingested before is reported
   `existing` and nothing changes.
+- An acceptance-controlled twin (a run file with `twin_of`, benchkit.sweeps.twins) is stored
+  after the bundle's real runs, linked to its real run (`Run.twin_of`, `pinned_tau` and its
+  source), so it never counts as a measurement; a twin whose real run is not stored from the
+  same bundle is refused.
 - Once the runs are stored, the sweep's lossless check is computed (runs.services.lossless; a
   failure there is logged and never undoes the ingest).
 - A token (HTTP) must be active and belong to the bundle's host; `expect_host` (command line)
@@ -118,9 +122,14 @@ class IngestReport:
                 "runs": [r.__dict__ for r in self.runs]}
 
 
+def _source(bundle: Bundle) -> str:
+    """The Sweep.source of a bundle's sweep."""
+    return f"bundle:{bundle.manifest.bundle_id}"
+
+
 def _bundle_sweep(bundle: Bundle, host: Host) -> Sweep:
     m = bundle.manifest
-    source = f"bundle:{m.bundle_id}"
+    source = _source(bundle)
     sweep = Sweep.objects.filter(source=source, host=host).first()
     if sweep is None:
         from benchkit.sweeps.sweepfile import SweepError, loads_sweep
@@ -148,20 +157,43 @@ def _record_snapshot(host: Host, inventory: dict | None) -> None:
 
 
 def _store_run(bundle: Bundle, entry: ManifestRun, run: BundleRun, host: Host) -> RunIngest:
-    """Store one validated run file in one transaction (see the module docstring)."""
+    """Store one validated run file in one transaction (see the module docstring). A twin is
+    linked to its real run (`twin_of`, stored first from the same bundle) or refused."""
     with transaction.atomic():
         Host.objects.select_for_update().filter(pk=host.pk).first()  # ingests of one host take turns
         before = Run.objects.filter(run_uuid=run.uuid).values_list("pk", flat=True).first()
         if before is not None:
             return RunIngest(str(run.uuid), entry.file, "existing", before, "ingested before")
+        run_spec = run.run_spec()
+        real = None
+        if run.twin_of is not None:
+            real = Run.objects.filter(run_uuid=run.twin_of, host=host, sweep__source=_source(bundle),
+                                      twin_of__isnull=True).values_list("pk", flat=True).first()
+            if real is None:
+                return RunIngest(str(run.uuid), entry.file, "refused",
+                                 reason=f"{entry.file}: twin of run {run.twin_of}, which is not a stored run of this "
+                                        "bundle (its file is missing or was refused)")
         sweep = _bundle_sweep(bundle, host)
         _record_snapshot(host, run.inventory)
         row = Run(sweep=sweep, host=host, point_key=run.point_key, spec=run.spec, run_uuid=run.uuid,
-                  started_at=run.started_at, finished_at=run.finished_at, **run_fields(run.run_spec()))
+                  started_at=run.started_at, finished_at=run.finished_at, twin_of_id=real,
+                  pinned_tau=run_spec.server.acceptance_tau if real is not None else None,
+                  pinned_tau_source=run.pinned_tau_source if real is not None else "", **run_fields(run_spec))
         row = store_outcome(row, run, origin=INGESTED,
                             note=f"ingested from offline bundle {bundle.manifest.bundle_id} ({bundle.origin}, host "
                                  f"{bundle.manifest.host}, run {run.uuid})")
         return RunIngest(str(run.uuid), entry.file, "stored", row.pk)
+
+
+def _store_once(bundle: Bundle, entry: ManifestRun, run: BundleRun, host: Host) -> RunIngest:
+    """`_store_run`, reporting a run that a concurrent ingest stored first as existing."""
+    try:
+        return _store_run(bundle, entry, run, host)
+    except IntegrityError:  # a concurrent ingest stored this UUID first
+        before = Run.objects.filter(run_uuid=run.uuid).values_list("pk", flat=True).first()
+        if before is None:
+            raise
+        return RunIngest(str(run.uuid), entry.file, "existing", before, "ingested before")
 
 
 def ingest_bundle(bundle: Bundle, *, token: HostToken | None = None, expect_host: str | None = None) -> IngestReport:
@@ -178,21 +210,20 @@ def ingest_bundle(bundle: Bundle, *, token: HostToken | None = None, expect_host
         raise IngestRefused(f"the bundle is from host {m.host!r}, not {expect_host!r}")
     host = token.host if token is not None else get_or_create_host(m.host)
     report = IngestReport(str(m.bundle_id), m.host, None)
+    twins: list[ManifestRun] = []  # stored after every real run, which they link to
     for entry in m.runs:
         try:
             run = bundle.run(entry)
         except BundleError as exc:
             report.runs.append(RunIngest(str(entry.uuid), entry.file, "refused", reason=str(exc)))
             continue
-        try:
-            report.runs.append(_store_run(bundle, entry, run, host))
-        except IntegrityError:  # a concurrent ingest stored this UUID first
-            before = Run.objects.filter(run_uuid=run.uuid).values_list("pk", flat=True).first()
-            if before is None:
-                raise
-            report.runs.append(RunIngest(str(run.uuid), entry.file, "existing", before, "ingested before"))
-    report.sweep_id = Sweep.objects.filter(source=f"bundle:{m.bundle_id}", host=host).values_list(
-        "pk", flat=True).first()
+        if run.twin_of is not None:
+            twins.append(entry)
+            continue
+        report.runs.append(_store_once(bundle, entry, run, host))
+    for entry in twins:
+        report.runs.append(_store_once(bundle, entry, bundle.run(entry), host))
+    report.sweep_id = Sweep.objects.filter(source=_source(bundle), host=host).values_list("pk", flat=True).first()
     if report.sweep_id is not None and report.of("stored"):
         lossless.check_sweep_logged(report.sweep_id)
     return report

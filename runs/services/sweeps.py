@@ -52,16 +52,11 @@ def plan_twins(spec: sweepfile.SweepSpec, host: Host, runspecs: list[RunSpec]) -
     (`spec.twin_for`): its reference tau from the file or the point's history on `host`
     (`point_tau_history`), checked by the engine (benchkit.sweeps.twins.plan_twin). A point
     without one is logged ("no twin: why") and runs alone."""
-    out = []
-    for i, r in enumerate(runspecs):
-        request = spec.twin_for(r)
-        if request is None:
-            continue
-        history = [] if request.tau is not None else point_tau_history(host, spec.name, r.point_key(), request.nights)
-        plan = twins.plan_twin(r, request, history)
+    out = twins.plan_twins(spec, runspecs,
+                           lambda r, nights: point_tau_history(host, spec.name, r.point_key(), nights))
+    for i, plan in out:
         if plan.spec is None:
-            log.warning("sweep %s, host %s, %s: %s", spec.name, host.name, r.server.method, plan.note)
-        out.append((i, plan))
+            log.warning("sweep %s, host %s, %s: %s", spec.name, host.name, runspecs[i].server.method, plan.note)
     return out
 
 
