@@ -217,3 +217,20 @@ def synthetic_sweep(name: str, model: Path, port: int, *, gap_ms: float = 5, out
         "limits": {"ready_timeout_s": 30, "request_timeout_s": 60, "run_timeout_s": 300, "stop_timeout_s": 5,
                    **(limits or {})},
     }, source=f"test:{name}")
+
+
+def twin_sweep_doc(model: Path, twin: dict, name: str = "twin-night", output_len: int = 128, num_prompts: int = 6,
+                   k: int = 3) -> dict:
+    """A sweep file (as a dict) on the synthetic engine build (SYNTHETIC_FLAGS): auto and
+    draft_model k=`k` at TP 1, concurrency 1, asking for `twin` (a `twin:` block). Two tokens per
+    message: the real speculative run's tau is 2 (one draft accepted per step)."""
+    return {
+        "name": name, "engine": "vllm", "engine_build": "synthetic", "model": str(model),
+        "server": {"served_model_name": "synthetic", "load_format": "dummy",
+                   "extra_args": ["--ttft-ms", "5", "--gap-ms", "3", "--tokens-per-message", "2", "--spec-counters"]},
+        "grid": {"tp": [1], "concurrency": [1], "output_len": [output_len], "input_len": [8],
+                 "methods": ["auto", {"method": "draft_model", "num_speculative_tokens": k, "drafter": str(model)}]},
+        "workload": {"num_prompts": num_prompts, "ignore_eos": True, "seed": 0},
+        "limits": {"ready_timeout_s": 30, "request_timeout_s": 30, "run_timeout_s": 120, "stop_timeout_s": 5},
+        "twin": twin,
+    }

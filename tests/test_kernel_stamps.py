@@ -26,6 +26,18 @@ from tests.synthetic_server import SyntheticFleet
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _stamped_pair() -> tuple[socket.socket, socket.socket, socket.socket]:
+    """(listening socket, client socket asking for receive stamps, the server's end of it) on
+    loopback."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    cli = socket.create_connection(srv.getsockname())
+    cli.setsockopt(socket.SOL_SOCKET, httpstream.SO_TIMESTAMPNS, 1)
+    conn, _ = srv.accept()
+    return srv, cli, conn
+
+
 def test_kernel_stamp_maps_onto_perf_counter():
     """Bytes written, read 50 ms later: the mapped kernel stamp sits just after the write (not at
     the read), and the clock offset is measured to well under a microsecond."""
@@ -33,12 +45,7 @@ def test_kernel_stamp_maps_onto_perf_counter():
     assert 0 < width < 50_000
     keeper = httpstream._stamping_keeper()  # stamping on before the packet, as a pool holds it
     assert keeper is not None
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    cli = socket.create_connection(srv.getsockname())
-    cli.setsockopt(socket.SOL_SOCKET, httpstream.SO_TIMESTAMPNS, 1)
-    conn, _ = srv.accept()
+    srv, cli, conn = _stamped_pair()
     try:
         before_ns = time.perf_counter_ns()
         conn.send(b"x" * 100)
@@ -188,12 +195,7 @@ def test_every_first_read_on_fresh_connections_has_a_kernel_stamp():
     missing = 0
     try:
         for _ in range(200):
-            srv = socket.socket()
-            srv.bind(("127.0.0.1", 0))
-            srv.listen(1)
-            cli = socket.create_connection(srv.getsockname())
-            cli.setsockopt(socket.SOL_SOCKET, httpstream.SO_TIMESTAMPNS, 1)
-            conn, _ = srv.accept()
+            srv, cli, conn = _stamped_pair()
             try:
                 conn.send(b"y")
                 _, anc, _, _ = cli.recvmsg(16, 64)

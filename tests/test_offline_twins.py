@@ -20,23 +20,10 @@ from benchkit.specs import RunSpec
 from benchkit.sweeps import twins
 from runs.models import Run
 from runs.services import ingest
-from tests.celeryproc import SYNTHETIC_FLAGS, synthetic_model
+from tests.celeryproc import SYNTHETIC_FLAGS, synthetic_model, twin_sweep_doc
 
 GOLDEN, REAL_TAU, K = 2.5, 2.0, 3
 HOST = "twin-offline"
-
-
-def sweep_doc(model, twin: dict) -> dict:
-    return {
-        "name": "offline-twin-night", "engine": "vllm", "engine_build": "synthetic", "model": str(model),
-        "server": {"served_model_name": "synthetic", "load_format": "dummy",
-                   "extra_args": ["--ttft-ms", "5", "--gap-ms", "3", "--tokens-per-message", "2", "--spec-counters"]},
-        "grid": {"tp": [1], "concurrency": [1], "output_len": [64], "input_len": [8],
-                 "methods": ["auto", {"method": "draft_model", "num_speculative_tokens": K, "drafter": str(model)}]},
-        "workload": {"num_prompts": 4, "ignore_eos": True, "seed": 0},
-        "limits": {"ready_timeout_s": 30, "request_timeout_s": 30, "run_timeout_s": 120, "stop_timeout_s": 5},
-        "twin": twin,
-    }
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +34,9 @@ def twin_bundle(tmp_path_factory):
     mp.setenv("DRAFTBOARD_ENGINE_FLAGS", str(SYNTHETIC_FLAGS))
     try:
         model = synthetic_model(root)
-        (root / "sweep.yaml").write_text(yaml.safe_dump(sweep_doc(model, {"acceptance": "pinned", "tau": GOLDEN})))
+        doc = twin_sweep_doc(model, {"acceptance": "pinned", "tau": GOLDEN}, name="offline-twin-night",
+                             output_len=64, num_prompts=4, k=K)
+        (root / "sweep.yaml").write_text(yaml.safe_dump(doc))
         summary = run_sweep_offline(root / "sweep.yaml", root / "bundle", host=HOST,
                                     inventory=HostInventory(hostname=HOST, gpus=[]), progress=False)
     finally:

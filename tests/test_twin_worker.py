@@ -26,23 +26,13 @@ from runs.selectors import figure_points
 from runs.services import dispatch, execution
 from runs.services.hosts import get_or_create_host, record_inventory
 from runs.services.sweeps import create_sweep
-from tests.celeryproc import SYNTHETIC_FLAGS, synthetic_model
+from tests.celeryproc import SYNTHETIC_FLAGS, synthetic_model, twin_sweep_doc
 
 GOLDEN, REAL_TAU, K = 2.5, 2.0, 3
 
 
 def sweep_doc(model, twin: dict) -> dict:
-    return {
-        "name": "twin-night", "engine": "vllm", "engine_build": "synthetic", "model": str(model),
-        "server": {"served_model_name": "synthetic", "load_format": "dummy",
-                   # two tokens per message: the real speculative run's tau is 2 (one draft accepted per step)
-                   "extra_args": ["--ttft-ms", "5", "--gap-ms", "3", "--tokens-per-message", "2", "--spec-counters"]},
-        "grid": {"tp": [1], "concurrency": [1], "output_len": [128], "input_len": [8],
-                 "methods": ["auto", {"method": "draft_model", "num_speculative_tokens": K, "drafter": str(model)}]},
-        "workload": {"num_prompts": 6, "ignore_eos": True, "seed": 0},
-        "limits": {"ready_timeout_s": 30, "request_timeout_s": 30, "run_timeout_s": 120, "stop_timeout_s": 5},
-        "twin": twin,
-    }
+    return twin_sweep_doc(model, twin, k=K)
 
 
 @pytest.mark.django_db(transaction=True)
