@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from runs import tasks
@@ -116,3 +116,15 @@ def test_trend_page_shows_per_position_acceptance_night_by_night(series, client)
     assert [r["rates"][1] for r in data["acceptance"]["rows"]] == [0.8] * 6 + [0.5] * 8
     other = client.get(f"{base}&point={'0' * 32}").content.decode()
     assert "no per-position acceptance rates" in other
+
+
+@pytest.mark.parametrize("command", ["detect_change_points", "detect_regressions"])
+def test_backfill_commands_name_a_sweep_or_host_that_does_not_exist(command):
+    """Both back-fills check their choice alike (runs.management.series): a clear error, nothing run."""
+    with pytest.raises(CommandError, match="no sweep 987654"):
+        call_command(command, "--sweep", "987654", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="no host named 'nowhere'"):
+        call_command(command, "--host", "nowhere", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command(command, "--series", "no-such-series", stdout=out)  # an empty choice: nothing to judge
+    assert out.getvalue().splitlines()[-1].startswith("0 ")

@@ -2,9 +2,9 @@
 store the change points of nightly series over their whole history (a back-fill; the worker does
 it by itself when a sweep's last run finishes, after the regression flags)."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from runs.models import Host, Sweep
+from runs.management.series import add_series_arguments, series_choice
 from runs.services import changepoints
 
 
@@ -13,23 +13,15 @@ class Command(BaseCommand):
             "series of one sweep, or every series of a host / name / the site. Re-running never duplicates one.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--sweep", type=int, help="the series of this sweep only")
-        parser.add_argument("--series", help="every series with this name")
-        parser.add_argument("--host", help="only series of this host")
+        add_series_arguments(parser, "the series of this sweep only", "every series with this name",
+                             "only series of this host")
 
     def handle(self, *args, **opts):
-        if opts["sweep"] is not None:
-            if not Sweep.objects.filter(pk=opts["sweep"]).exists():
-                raise CommandError(f"no sweep {opts['sweep']}")
-            results = [r for r in [changepoints.detect_for_sweep(opts["sweep"])] if r is not None]
+        choice = series_choice(opts)
+        if choice.sweep_id is not None:
+            results = [r for r in [changepoints.detect_for_sweep(choice.sweep_id)] if r is not None]
         else:
-            host_id = None
-            if opts["host"]:
-                host = Host.objects.filter(name=opts["host"]).first()
-                if host is None:
-                    raise CommandError(f"no host named {opts['host']!r}")
-                host_id = host.pk
-            results = changepoints.backfill(host_id=host_id, name=opts["series"])
+            results = changepoints.backfill(host_id=choice.host_id, name=choice.series)
         total = 0
         for r in results:
             total += len(r.stored)

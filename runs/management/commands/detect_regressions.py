@@ -2,9 +2,9 @@
 sweeps against the nights before them and store regression flags (a back-fill; the worker does
 it by itself when a sweep's last run finishes)."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from runs.models import Host, Sweep
+from runs.management.series import add_series_arguments, series_choice
 from runs.services import regressions
 
 
@@ -13,23 +13,15 @@ class Command(BaseCommand):
             "sweep of a series / host / the site, oldest first. Re-running never duplicates a flag.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--sweep", type=int, help="judge this sweep only")
-        parser.add_argument("--series", help="every sweep with this name (a series)")
-        parser.add_argument("--host", help="only sweeps of this host")
+        add_series_arguments(parser, "judge this sweep only", "every sweep with this name (a series)",
+                             "only sweeps of this host")
 
     def handle(self, *args, **opts):
-        if opts["sweep"] is not None:
-            if not Sweep.objects.filter(pk=opts["sweep"]).exists():
-                raise CommandError(f"no sweep {opts['sweep']}")
-            results = [regressions.detect_for_sweep(opts["sweep"])]
+        choice = series_choice(opts)
+        if choice.sweep_id is not None:
+            results = [regressions.detect_for_sweep(choice.sweep_id)]
         else:
-            host_id = None
-            if opts["host"]:
-                host = Host.objects.filter(name=opts["host"]).first()
-                if host is None:
-                    raise CommandError(f"no host named {opts['host']!r}")
-                host_id = host.pk
-            results = regressions.backfill(host_id=host_id, name=opts["series"])
+            results = regressions.backfill(host_id=choice.host_id, name=choice.series)
         flagged = 0
         for r in results:
             flagged += len(r.flagged)
