@@ -19,6 +19,7 @@ The history pages (`parse_history_filters`, `sweep_id`, `whole_number`): the poi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,15 +108,30 @@ def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
+#: The largest grid value a filter accepts (PostgreSQL's `integer`, the columns' type) and the
+#: largest id (`bigint`): a larger number matches nothing and would overflow the query.
+MAX_VALUE = 2**31 - 1
+MAX_ID = 2**63 - 1
+_WHOLE = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def _whole(raw: str, name: str, what: str) -> int:
+    """`raw` as an integer, written in ASCII digits with an optional sign, at most 19 of them
+    (`int()` alone also reads '1_0' as 10 and Arabic-Indic digits, and `str.isdigit()` passes
+    '²', which `int()` refuses). Raises QueryError naming `name` otherwise."""
+    if not _WHOLE.fullmatch(raw):
+        raise QueryError(name, f"expected {what}, got {raw[:100]!r}")
+    return int(raw)
+
+
 def _ints(query: Mapping[str, Any], name: str, minimum: int) -> tuple[int, ...]:
     out = []
     for v in _values(query, name):
-        try:
-            n = int(v)
-        except ValueError:
-            raise QueryError(name, f"expected whole numbers, got {v!r}") from None
+        n = _whole(v, name, "whole numbers")
         if n < minimum:
             raise QueryError(name, f"must be >= {minimum}, got {n}")
+        if n > MAX_VALUE:
+            raise QueryError(name, f"must be <= {MAX_VALUE}, got {n}")
         out.append(n)
     return tuple(sorted(set(out)))
 
@@ -158,11 +174,15 @@ def parse_selection(query: Mapping[str, Any]) -> Selection:
 def parse_history_filters(query: Mapping[str, Any]) -> dict[str, list]:
     """The point filters of a history page (benchkit.point.FILTER_FIELDS), each a list of the
     values given (`tp=1,4&method=ddtree`): whole numbers >= 0 but for `method` (method names);
-    an absent filter is left out. Raises QueryError naming a value that is not a whole number."""
+    an absent filter is left out. Raises QueryError naming a value that is not a whole number or
+    not a method name."""
     out: dict[str, list] = {}
     for name in FILTER_FIELDS:
         if name == "method":
             values: list = _values(query, name)
+            unknown = [v for v in values if v not in METHOD_NAMES]
+            if unknown:  # as the sweep page refuses it: a typo would show an empty page
+                raise QueryError("method", f"unknown method {unknown[0][:40]!r} (known: {', '.join(METHOD_NAMES)})")
         else:
             values = list(_ints(query, name, 0))
         if values:
@@ -176,9 +196,10 @@ def sweep_id(query: Mapping[str, Any], name: str) -> int | None:
     raw = (_values(query, name) or [""])[0]
     if not raw:
         return None
-    if not raw.isdigit():
+    n = _whole(raw, name, "a sweep id")
+    if not 1 <= n <= MAX_ID:
         raise QueryError(name, f"{raw[:100]!r}: expected a sweep id")
-    return int(raw)
+    return n
 
 
 def whole_number(query: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
@@ -187,10 +208,7 @@ def whole_number(query: Mapping[str, Any], name: str, default: int, low: int, hi
     raw = (_values(query, name) or [None])[0]
     if raw is None:
         return default
-    try:
-        n = int(raw)
-    except ValueError:
-        raise QueryError(name, f"expected a whole number, got {raw[:100]!r}") from None
+    n = _whole(raw, name, "a whole number")
     if not low <= n <= high:
         raise QueryError(name, f"expected {low}..{high}, got {n}")
     return n

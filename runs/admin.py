@@ -11,9 +11,12 @@ and a sweep's server.env and extra arguments must pass runs.services.policy.
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -238,9 +241,19 @@ class FixedChoicesFilter(admin.SimpleListFilter):
             return queryset
         field = models.Run._meta.get_field(self.parameter_name)
         try:
-            return queryset.filter(**{self.parameter_name: field.to_python(value)})
+            value = field.to_python(value)
         except ValidationError:
             return queryset.none()
+        if isinstance(value, int) and not _fits(field, value):
+            return queryset.none()  # no row holds it, and the database would refuse the number
+        return queryset.filter(**{self.parameter_name: value})
+
+
+def _fits(field, value: int) -> bool:
+    """Whether `value` fits the integer column of `field` (a foreign key: its target's)."""
+    target = field.target_field if field.is_relation else field
+    low, high = connection.ops.integer_field_range(target.get_internal_type())
+    return -2**63 <= value < 2**63 and (low is None or value >= low) and (high is None or value <= high)
 
 
 class MethodFilter(FixedChoicesFilter):
@@ -340,7 +353,7 @@ class RunAdmin(LargeTableAdmin, ActionPermissions, admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         """A run id (digits only) is an exact primary-key lookup; other terms search the text fields."""
         term = search_term.strip()
-        if term.isdigit():
+        if re.fullmatch(r"[0-9]{1,18}", term):  # ASCII digits only: str.isdigit() passes '²'
             return queryset.filter(pk=int(term)), False
         return super().get_search_results(request, queryset, search_term)
 

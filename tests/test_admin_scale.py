@@ -158,3 +158,16 @@ def test_run_search_uses_trigram_indexes_on_postgresql():
         cur.execute("EXPLAIN " + sql, params)
         plan = "\n".join(r[0] for r in cur.fetchall())
     assert "run_admin_search_failure_message" in plan, plan
+
+
+def test_run_list_search_and_filters_refuse_odd_numbers_without_an_error(admin_client):
+    """Found by a new user's trial (each was an HTTP 500): a search of '²' (str.isdigit() passes
+    it, int() refuses it) searches text; a sweep id beyond the column's range matches nothing."""
+    run = make_run(make_sweep())
+    url = reverse("admin:runs_run_changelist")
+    for query in ({"q": "\u00b2"}, {"q": " \u00b2 "}, {"sweep": "99999999999999999999"}, {"sweep": str(-2**70)},
+                  {"tp": "99999999999999999999"}):
+        resp = admin_client.get(url, query)
+        assert resp.status_code == 200, (query, resp.status_code)
+        assert f'href="/admin/runs/run/{run.pk}/change/' not in resp.content.decode(), query
+    assert f'/admin/runs/run/{run.pk}/change/' in admin_client.get(url, {"q": str(run.pk)}).content.decode()

@@ -125,6 +125,10 @@ def test_backfill_commands_name_a_sweep_or_host_that_does_not_exist(command):
         call_command(command, "--sweep", "987654", stdout=io.StringIO())
     with pytest.raises(CommandError, match="no host named 'nowhere'"):
         call_command(command, "--host", "nowhere", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="no host named ''"):
+        call_command(command, "--host", "", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="--sweep names one sweep"):
+        call_command(command, "--sweep", "1", "--series", "x", stdout=io.StringIO())
     out = io.StringIO()
     call_command(command, "--series", "no-such-series", stdout=out)  # an empty choice: nothing to judge
     assert out.getvalue().splitlines()[-1].startswith("0 ")

@@ -265,7 +265,18 @@ def test_every_page_answers_a_bad_query_the_same_way(client):
              ("analysis:compare", [], {"new": "abc"}, "new"),
              ("analysis:compare_data", [], {"tp": "x"}, "tp"),
              ("analysis:trend", [], {**series_q, "nights": "0"}, "nights"),
-             ("analysis:trend_data", [], {**series_q, "output_len": "1.5"}, "output_len")]
+             ("analysis:trend_data", [], {**series_q, "output_len": "1.5"}, "output_len"),
+             # found by a new user's trial: each of these was an HTTP 500 (an int() that overflowed
+             # the database or refused what str.isdigit() passed), or read as another number
+             ("analysis:sweep_runs", [sweep.pk], {"tp": "99999999999999999999"}, "tp"),
+             ("analysis:sweep_detail", [sweep.pk], {"concurrency": str(2**31)}, "concurrency"),
+             ("analysis:compare", [], {"old": "\u00b2"}, "old"),
+             ("analysis:compare_data", [], {"new": "99999999999999999999"}, "new"),
+             ("analysis:sweep_data", [sweep.pk], {"tp": "1_0"}, "tp"),
+             ("analysis:trend", [], {**series_q, "tp": "\u0661"}, "tp"),
+             ("analysis:trend_data", [], {**series_q, "nights": "0x10"}, "nights"),
+             ("analysis:compare_data", [], {"method": "nope"}, "method"),
+             ("analysis:trend", [], {**series_q, "method": "\u2603"}, "method")]
     for name, args, query, param in cases:
         resp = client.get(reverse(name, args=args), query)
         assert resp.status_code == 400 and resp["Content-Type"].startswith("text/plain"), name

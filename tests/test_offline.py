@@ -214,8 +214,10 @@ def test_a_changed_run_file_with_a_matching_manifest_is_still_refused(bundle):
 
 @pytest.mark.django_db
 def test_a_truncated_manifest_or_another_host_stores_nothing(bundle):
-    with pytest.raises(CommandError, match=f"from host '{HOST}', not 'gpu-other'"):
+    with pytest.raises(CommandError, match=f"from host '{HOST}', not 'gpu-other' \\(nothing stored\\)"):
         call_command("ingest", str(bundle), "--host", "gpu-other", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="no bundle given"):  # not the current folder read as one
+        call_command("ingest", " ", stdout=io.StringIO())
     (bundle / MANIFEST).write_bytes((bundle / MANIFEST).read_bytes()[:200])
     with pytest.raises(CommandError, match="manifest.json: .*nothing stored"):
         call_command("ingest", str(bundle), stdout=io.StringIO())

@@ -94,3 +94,21 @@ def test_output_len_picks_the_fitted_shape():
         run_cmd(sweep.pk, "--tp", 1, "--concurrency", 8)
     with pytest.raises(CommandError, match=f"sweep {sweep.pk} has no counted run of output length 7"):
         run_cmd(sweep.pk, "--output-len", 7)
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    """Found by a new user's trial: a TP the sweep lacks printed nothing and exited 0, a negative
+    concurrency printed negative speedups, --top 0 wrote every candidate, and an unwritable
+    --write-sweep ended in a traceback. Each is now a CommandError naming what is wrong."""
+    sweep = make_users_grid()
+    seed()
+    with pytest.raises(CommandError, match=f"sweep {sweep.pk} has no counted run at TP 99 \\(its TPs: 1, 4, 8\\)"):
+        run_cmd(sweep.pk, "--tp", 99)
+    for flag in ("--tp", "--concurrency", "--output-len", "--top"):
+        for bad in ("0", "-5"):
+            with pytest.raises(CommandError, match="must be >= 1"):
+                run_cmd(sweep.pk, flag, bad)
+    with pytest.raises(CommandError, match=f"--write-sweep {tmp_path}/no/such/dir/x.yaml: No such file or directory"):
+        run_cmd(sweep.pk, "--tp", 8, "--concurrency", 16, "--write-sweep", tmp_path / "no/such/dir/x.yaml")
+    with pytest.raises(CommandError, match="Is a directory"):
+        run_cmd(sweep.pk, "--tp", 8, "--concurrency", 16, "--write-sweep", tmp_path)

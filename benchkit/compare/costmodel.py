@@ -238,7 +238,7 @@ def fit_step_cost(points: Sequence[MeasuredPoint], knee_tokens_per_step: float |
     vs = np.array([p.verified_tokens_per_step for p in spec], dtype=float)
     if len(set(vs)) < 2:
         raise CostModelError("the cost fit needs speculative points at >= 2 different verified tokens per step; "
-                             f"got {sorted(set(vs.astype(int)))}")
+                             f"got {sorted({int(v) for v in vs})}")
     cost = np.array([p.tpot_ms * p.tau / base for p in spec])
     notes = []
     knee = knee_tokens_per_step
@@ -344,7 +344,7 @@ def fit_tree_acceptance(points: Sequence[MeasuredPoint]) -> TreeAcceptanceFit:
     taus = np.array([p.tau for p in points], dtype=float)
     if len(set(budgets)) < 2:
         raise CostModelError(f"{points[0].method if points else 'tree'}: the acceptance curve needs >= 2 "
-                             f"different budgets; got {sorted(set(budgets.astype(int)))}")
+                             f"different budgets; got {sorted({int(b) for b in budgets})}")
     ols = _Ols.fit(np.column_stack([np.ones_like(budgets), np.log1p(budgets)]), taus)
     notes: tuple[str, ...] = ()
     coef, cov = (float(ols.coef[0]), float(ols.coef[1])), ols.cov

@@ -28,13 +28,17 @@ class SeriesChoice:
 
 
 def series_choice(opts: dict) -> SeriesChoice:
-    """The choice the options make. Raises CommandError naming a sweep or host that does not exist."""
+    """The choice the options make. Raises CommandError naming a sweep or host that does not
+    exist, or `--sweep` given with `--series` or `--host` (it names one sweep: they would be
+    ignored)."""
     if opts["sweep"] is not None:
+        if opts["series"] is not None or opts["host"] is not None:
+            raise CommandError("--sweep names one sweep: give --series and --host without it")
         if not Sweep.objects.filter(pk=opts["sweep"]).exists():
             raise CommandError(f"no sweep {opts['sweep']}")
         return SeriesChoice(opts["sweep"], None, None)
     host_id = None
-    if opts["host"]:
+    if opts["host"] is not None:
         host_id = Host.objects.filter(name=opts["host"]).values_list("pk", flat=True).first()
         if host_id is None:
             raise CommandError(f"no host named {opts['host']!r}")

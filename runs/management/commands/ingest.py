@@ -22,6 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=None, help="refuse the bundle unless it comes from this host")
 
     def handle(self, *args, **o):
+        if not o["bundle"].strip():
+            raise CommandError("no bundle given: name a bundle folder or its tar.gz")
         path = Path(o["bundle"])
         try:
             if path.is_dir():
@@ -30,10 +32,10 @@ class Command(BaseCommand):
                 with path.open("rb") as f:
                     bundle = open_bundle_tar(f)
             report = ingest_bundle(bundle, expect_host=o["host"])
+        except (BundleError, IngestRefused, HostNameError) as exc:  # before OSError: IngestRefused is one
+            raise CommandError(f"{path}: {exc} (nothing stored)") from None
         except OSError as exc:
             raise CommandError(f"{path}: {exc.strerror or exc}") from None
-        except (BundleError, IngestRefused, HostNameError) as exc:
-            raise CommandError(f"{path}: {exc} (nothing stored)") from None
         for r in report.runs:
             if r.status == "stored":
                 self.stdout.write(f"stored     {r.file} as run {r.run_id}")
