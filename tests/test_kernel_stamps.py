@@ -43,7 +43,7 @@ def test_kernel_stamp_maps_onto_perf_counter():
     the read), and the clock offset is measured to well under a microsecond."""
     offset, width = httpstream.measure_clock_offset()
     assert 0 < width < 50_000
-    keeper = httpstream._stamping_keeper()  # stamping on before the packet, as a pool holds it
+    keeper = httpstream._stamping_keeper(wait_s=5.0)  # stamping on before the packet, as a pool holds it
     assert keeper is not None
     srv, cli, conn = _stamped_pair()
     try:
@@ -190,7 +190,7 @@ def test_every_first_read_on_fresh_connections_has_a_kernel_stamp():
     on before its first connection reads: 200 fresh connections, opened and closed one after
     another (each close would otherwise turn stamping off), all get a stamp on their first read.
     Without the keeper about 2 % of such reads came without one on this machine under load."""
-    keeper = httpstream._stamping_keeper()
+    keeper = httpstream._stamping_keeper(wait_s=5.0)
     assert keeper is not None
     missing = 0
     try:

@@ -2,7 +2,7 @@
 let an administrator acknowledge them with a reason.
 
 A series is the sweeps of one name on one host (runs.selectors.series_sweeps); demo sweeps
-(random-weight models) are never judged. Detection runs when the last run of a sweep reaches a
+(tiny models trained here, run on a CPU) are never judged. Detection runs when the last run of a sweep reaches a
 final state (`runs_finished`, called once by execution after the outcomes are stored; it
 queues the task `runs.detect_regressions` on the host's queue) and from
 `manage.py detect_regressions` for back-fills.
@@ -58,7 +58,7 @@ def detect_for_sweep(sweep_id: int, rule: RegressionRule | None = None) -> Detec
     rule = rule or rule_from_settings()
     sweep = Sweep.objects.only("id", "name", "host_id", "created_at", "is_demo").get(pk=sweep_id)
     if sweep.is_demo:
-        return Detection(sweep_id, [], skipped="demo sweep (random-weight model): not judged")
+        return Detection(sweep_id, [], skipped="demo sweep (a tiny demo model on a CPU): not judged")
     nights = selectors.series_sweeps(sweep.host_id, sweep.name, until=sweep, limit=rule.window + 3,
                                      include_demo=False)
     if len(nights) < 2:
