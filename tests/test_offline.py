@@ -294,6 +294,8 @@ def test_http_ingest_refuses_wrong_revoked_missing_and_other_hosts_tokens(client
     assert resp.status_code == 403 and "revoked" in resp.json()["error"]
     resp = _post(client, data, other_token)
     assert resp.status_code == 403 and "gpu-elsewhere" in resp.json()["error"]
+    # issue 31: one pair of quotes around the host name (was "'gpu-elsewhere''s")
+    assert "the token belongs to host 'gpu-elsewhere'" in resp.json()["error"] and "''" not in resp.json()["error"]
     assert _post(client, data, None).status_code == 401
     assert _counts() == (0, 0, 0, 0, 0)
 

@@ -179,7 +179,7 @@ def test_a_tie_names_both_tools(tmp_path):
     path = write(tmp_path, "tie.json", json.dumps({"model_id": "m", "concurrency": 2, "completed": 3}))
     with pytest.raises(ResultFileError, match=r"cannot tell whether vllm bench serve \(saw model_id\) or "
                                               r"sglang.bench_serving \(saw concurrency\) wrote this file; "
-                                              r"pass fmt='vllm' \(--format vllm\) or fmt='sglang'"):
+                                              r"pass --format vllm \(fmt='vllm' in Python\) or --format sglang"):
         load_result_file(path)
     assert load_result_file(path, fmt="sglang")[0].source_tool == TOOL_SGLANG
 
@@ -242,7 +242,7 @@ def test_bad_json_names_file_and_line(tmp_path):
     path = write(tmp_path, "broken.jsonl", good[0] + "\n" + good[1][:-20] + "\n")
     with pytest.raises(ResultFileError) as exc:
         load_result_file(path)
-    assert exc.value.line == 2 and str(exc.value).startswith(f"{path}:2: not valid JSON")
+    assert exc.value.line == 2 and str(exc.value).startswith(f"{path}:2: truncated")
 
     path = write(tmp_path, "broken.json", '{"completed": 3,\n "failed": }\n')
     with pytest.raises(ResultFileError, match=r"broken.json:2: not valid JSON"):
@@ -399,3 +399,28 @@ def test_vllm_bench_serve_result_reads_back_after_export(tmp_path):
     [second] = load_result_file(path)
     assert second.metrics == first.metrics
     assert second.spec_source == first.spec_source
+
+
+def test_a_truncated_file_is_called_truncated(tmp_path):
+    """Issue 31: a file cut short says so, and what it ends inside; other bad JSON stays 'not valid JSON'."""
+    path = write(tmp_path, "cut.json", '{\n "completed": 3,\n "ttfts": [1.0, 2.0,\n')
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(path)
+    assert str(exc.value).startswith(f"{path}:3: truncated (ends inside a list)")
+    path = write(tmp_path, "cut2.json", '{\n "completed": 3,\n "model_id": "m')
+    with pytest.raises(ResultFileError, match=r"cut2.json:3: truncated \(ends inside a string\)"):
+        load_result_file(path)
+    path = write(tmp_path, "bad.json", '{"completed": 3,\n "failed": }\n')
+    with pytest.raises(ResultFileError, match=r"bad.json:2: not valid JSON"):
+        load_result_file(path)
+
+
+def test_a_huge_number_names_its_line_and_length(tmp_path):
+    """Issue 31: an integer over Python's conversion limit is refused at its own line (not line 1),
+    with its length, and no advice to raise the interpreter's limit."""
+    path = write(tmp_path, "huge.json", '{\n "model_id": "m",\n "completed": 3,\n "failed": ' + "9" * 5000 + "\n}\n")
+    with pytest.raises(ResultFileError) as exc:
+        load_result_file(path, fmt="vllm")
+    assert exc.value.line == 4
+    assert "a number too long to read: an integer of 5000 digits" in str(exc.value)
+    assert "set_int_max_str_digits" not in str(exc.value)

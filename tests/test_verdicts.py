@@ -94,6 +94,9 @@ def test_single_runs_give_no_verdict_and_a_greyed_ranking():
                                                              for i in range(2)]
     assert verdicts.verdict(_cell(two), END_TO_END).sentence == "fewer than 3 repeats: no verdict"
     assert verdicts.verdict(_cell([point(1)]), END_TO_END).kind == verdicts.NONE
+    # issue 31: "an end-to-end speedup" (was "a end-to-end speedup")
+    assert (verdicts.verdict(_cell([point(1)]), END_TO_END).sentence
+            == "nothing to compare: only auto has an end-to-end speedup")
 
 
 def test_a_winner_that_is_not_lossless_keeps_its_mark_in_the_sentence():

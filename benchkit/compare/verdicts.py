@@ -199,6 +199,11 @@ class Verdict:
         return self.ranking[0] if self.ranking else None
 
 
+def _article(noun: str) -> str:
+    """'an' before a vowel ("an end-to-end speedup"), else 'a'."""
+    return "an" if noun[:1].lower() in "aeiou" else "a"
+
+
 def _names(cands: Sequence[Candidate], limit: int = 3) -> str:
     labels = [c.label + (f" {c.mark.symbol}" if c.mark else "") for c in cands[:limit]]
     if len(cands) > limit:
@@ -222,8 +227,9 @@ def verdict(speedups: Iterable[Speedup], figure: SpeedupFigure,
     ranking.sort(key=lambda c: -c.value)
     out = Verdict(NONE, figure, ranking)
     if len(ranking) < 2:
-        out.sentence = ("nothing to compare: " + (f"only {ranking[0].label} has a {figure.title}" if ranking
-                                                  else f"no {figure.title}"))
+        title = figure.title
+        out.sentence = "nothing to compare: " + (f"only {ranking[0].label} has {_article(title)} {title}" if ranking
+                                                 else f"no {title}")
         return out
     a, b = ranking[0], ranking[1]
     if a.ci95 is None or b.ci95 is None:

@@ -37,6 +37,7 @@ import datetime
 import hashlib
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,15 +220,51 @@ def _loads(text: str, path: Path, first_line: int) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
-        raise ResultFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})",
-                              first_line + exc.lineno - 1) from None
+        raise _decode_error(text, path, exc, first_line) from None
     except _DuplicateKey as exc:
         raise ResultFileError(path, "duplicate key in one object (which value counts is not defined)",
                               first_line, exc.key) from None
-    except ValueError as exc:  # Python's int conversion limit (sys.get_int_max_str_digits)
-        raise ResultFileError(path, f"a number too long to read ({exc})", first_line) from None
+    except ValueError:  # Python's int conversion limit (sys.get_int_max_str_digits)
+        raise _too_long_number(text, path, first_line) from None
     except RecursionError:
         raise _too_deep(text, path, first_line) from None
+
+
+def _decode_error(text: str, path: Path, exc: json.JSONDecodeError, first_line: int) -> ResultFileError:
+    """The refusal of invalid JSON at its line; a text that ends before its value does (the
+    decoder ran off the end, or a string is never closed) is called truncated, with what it
+    ends inside (a string, an object, a list)."""
+    end = len(text.rstrip())
+    unclosed = exc.msg.startswith("Unterminated string") and "\n" not in text[exc.pos:end]
+    if exc.pos >= end or unclosed:
+        inside = "a string" if unclosed else _innermost_open(text[:end])
+        where = f" (ends inside {inside})" if inside else ""
+        return ResultFileError(path, f"truncated{where}: the text stops before its JSON value is "
+                                     "complete (copied or written only in part?)", first_line + line_at(text, end) - 1)
+    return ResultFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", first_line + exc.lineno - 1)
+
+
+def _innermost_open(text: str) -> str | None:
+    """'an object' or 'a list': the innermost bracket `text` leaves open (strings ignored); None
+    when none is open."""
+    stack: list[str] = []
+    for ch in _STRING.sub('""', text):
+        if ch in "[{":
+            stack.append(ch)
+        elif ch in "]}" and stack:
+            stack.pop()
+    return ({"{": "an object", "[": "a list"}[stack[-1]]) if stack else None
+
+
+def _too_long_number(text: str, path: Path, first_line: int) -> ResultFileError:
+    """The refusal of an integer longer than Python converts (sys.get_int_max_str_digits()
+    digits, 4300 by default; the ValueError json raises), at the line of the first such number."""
+    limit = sys.get_int_max_str_digits()
+    m = re.search(rf"\d{{{limit + 1},}}", _Structure(text).blanked) if limit else None
+    line = first_line + line_at(text, m.start()) - 1 if m else first_line
+    digits = f"{len(m.group())} digits" if m else f"over {limit} digits"
+    return ResultFileError(path, f"a number too long to read: an integer of {digits} (at most {limit} are read; "
+                                 "no measured figure is that long)", line)
 
 
 def _too_deep(text: str, path: Path, first_line: int) -> ResultFileError:
@@ -299,12 +336,12 @@ def read_json_objects(path: str | Path, skip_text: tuple[tuple[str, ...], ...] =
     try:
         first, end = json.JSONDecoder(object_pairs_hook=_no_duplicates).raw_decode(text, start)
     except json.JSONDecodeError as exc:
-        raise ResultFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+        raise _decode_error(text, path, exc, 1) from None
     except _DuplicateKey as exc:
         raise ResultFileError(path, "duplicate key in one object (which value counts is not defined)",
                               first_line, exc.key) from None
-    except ValueError as exc:  # Python's int conversion limit (sys.get_int_max_str_digits)
-        raise ResultFileError(path, f"a number too long to read ({exc})", first_line) from None
+    except ValueError:  # Python's int conversion limit (sys.get_int_max_str_digits)
+        raise _too_long_number(text, path, first_line) from None
     except RecursionError:
         raise _too_deep(text, path, 1) from None
     if not text[end:].strip():  # one object, on one line or pretty-printed

@@ -76,7 +76,8 @@ def detect(source: Source) -> tuple[ResultFormat, Recognition]:
             raise first_error
         holds = source.describe()
         known = known_formats(source.kind)
-        advice = (f"known formats: {known}. If it is one of these, name it with fmt=NAME (--format NAME)" if known
+        advice = (f"known formats: {known}. If it is one of these, name it: --format NAME on the command line "
+                  "(import_results), fmt=NAME in Python" if known
                   else f"no known format reads a {source.kind} (they read a "
                        f"{' or a '.join(sorted({f.takes for f in FORMATS.values()}))}: {', '.join(FORMATS)})")
         raise ResultFileError(source.path, f"no known result format recognised this {source.kind}"
@@ -85,6 +86,6 @@ def detect(source: Source) -> tuple[ResultFormat, Recognition]:
     top = [(f, r) for f, r in found if r.score == best]
     if len(top) > 1:
         tools = " or ".join(f"{r.tool} (saw {', '.join(r.markers)})" for _, r in top)
-        names = " or ".join(f"fmt={f.name!r} (--format {f.name})" for f, _ in top)
+        names = " or ".join(f"--format {f.name} (fmt={f.name!r} in Python)" for f, _ in top)
         raise ResultFileError(source.path, f"cannot tell whether {tools} wrote this {source.kind}; pass {names}")
     return top[0]

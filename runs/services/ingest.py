@@ -205,7 +205,8 @@ def ingest_bundle(bundle: Bundle, *, token: HostToken | None = None, expect_host
     refuses. Never raises for a run file: a refused one is reported with `file: reason`."""
     m = bundle.manifest
     if token is not None and token.host.name != m.host:
-        raise IngestRefused(f"the bundle is from host {m.host!r} but the token is {token.host.name!r}'s")
+        raise IngestRefused(f"the bundle is from host {m.host!r} but the token belongs to host {token.host.name!r}"
+                             " (send each host's bundles with that host's own token)")
     if expect_host is not None and expect_host != m.host:
         raise IngestRefused(f"the bundle is from host {m.host!r}, not {expect_host!r}")
     host = token.host if token is not None else get_or_create_host(m.host)
