@@ -302,6 +302,22 @@ def test_missing_interpreter_or_engine_fails_engine_env_error_naming_the_build(t
         check_engine_env(sgl.launch(ServerConfig(engine="sglang", model="/m", engine_build="no-sglang"), 30000, []))
 
 
+def test_a_launch_without_dash_m_says_what_launch_must_look_like(tmp_path, monkeypatch):
+    """Issue 31: a `launch` that is not `-m MODULE ...` was refused as "no module ''"."""
+    flags_with(tmp_path, monkeypatch, f"""
+        builds:
+          script:
+            engine: sglang
+            python: {sys.executable}
+            launch: ["/opt/serve.py", "--model-path", "{{model}}", "--port", "{{port}}"]
+        """)
+    sgl = adapter_for("sglang")
+    with pytest.raises(PreflightError) as err:
+        check_engine_env(sgl.launch(ServerConfig(engine="sglang", model="/m", engine_build="script"), 30000, []))
+    assert err.value.code == "engine_env_error" and "no module ''" not in err.value.message
+    assert "its `launch` runs no Python module: it must start with `-m MODULE`" in err.value.message
+
+
 def test_a_second_venv_is_read_through_its_own_interpreter(tmp_path, monkeypatch):
     python = standin.make_venv(tmp_path)
     standin.flags_file(tmp_path / "flags.yaml", engine="sglang", python=str(python), build="standin")

@@ -382,7 +382,8 @@ def check_engine_env(launch: Launch, timeout_s: float = PROBE_TIMEOUT_S) -> dict
 
     Checks, in order: the launcher's program exists (a path, or a name on PATH), the container
     image is present locally (`RUNTIME image inspect`), the interpreter exists (when it is a
-    path outside a launcher), the probe runs and finds the engine's package (`module`). Raises
+    path outside a launcher), the build's `launch` starts with `-m MODULE`, the probe runs and
+    finds the engine's package (`module`). Raises
     PreflightError `engine_env_error`, its message starting with the build's description and
     saying what is missing. Writes the launch's env file first (a container probe reads it).
 
@@ -409,6 +410,10 @@ def check_engine_env(launch: Launch, timeout_s: float = PROBE_TIMEOUT_S) -> dict
         problem = _executable_problem(be.python)
         if problem:
             raise PreflightError(ENGINE_ENV_ERROR, f"{where}: interpreter {problem}")
+    if not be.module:
+        raise PreflightError(ENGINE_ENV_ERROR, f"{where}: its `launch` runs no Python module: it must start with "
+                                               "`-m MODULE` (e.g. [\"-m\", \"sglang.launch_server\", ...]), "
+                                               "MODULE being the engine package the server runs")
     launch.write_env_file()  # a container probe reads the server's environment from it too
     argv = launch.probe_argv(PROBE_SCRIPT, json.dumps({"module": be.module, "dists": list(be.distributions)}))
     try:
