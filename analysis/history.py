@@ -20,7 +20,7 @@ from analysis import history_figures as hf
 from analysis.display import lengths_text, workload_text
 from analysis.figures import nulls_last
 from benchkit.compare import lossless, verdicts
-from benchkit.compare.speedups import DECODE, END_TO_END, compute_speedups
+from benchkit.compare.speedups import AUTO, DECODE, END_TO_END, compute_speedups
 from benchkit.compare.stats import median
 from benchkit.compare.sweepdiff import (
     BETTER,
@@ -280,7 +280,8 @@ def build_trend(host, name: str, nights, points: list[Point], flags, snapshots: 
 
 def _mark(mark: Any) -> dict[str, Any] | None:
     """A LosslessMark as JSON-able data (the home page's data endpoint), or None."""
-    return None if mark is None else {"symbol": mark.symbol, "text": mark.text, "run_ids": list(mark.run_ids)}
+    return None if mark is None else {"symbol": mark.symbol, "text": mark.text, "run_ids": list(mark.run_ids),
+                                      "words": mark.words}
 
 
 def _headline(points: list[Point]) -> list[dict[str, Any]]:
@@ -290,8 +291,9 @@ def _headline(points: list[Point]) -> list[dict[str, Any]]:
     runs: no verdict"), excluded points left out. Each row: {"tp", "concurrency", "output_len",
     "kind", "sentence", "figure" (the speedup's name), "label" and "speedup" (the fastest measured,
     named a winner only when kind is "winner"), "tok_s", "n_repeats", "run_ids", "lossless_mark"}
-    (None for the mark unless not lossless); a TP without any matched baseline: {"tp", "label":
-    None, "speedup": None}."""
+    (None for the mark unless not lossless); a TP with nothing to compare: {"tp", "label": None,
+    "speedup": None, "empty"}, "empty" saying why (only the baseline was run, or no configuration
+    has a matched baseline)."""
     by_run = {p.run_id: p for p in points}
     kept, _ = verdicts.split_excluded(points)
     out_len = max((p.output_len for p in kept if p.output_len is not None), default=None)
@@ -310,7 +312,16 @@ def _headline(points: list[Point]) -> list[dict[str, Any]]:
                          "tok_s": top.speedup.end_to_end.median, "n_repeats": top.n_repeats,
                          "run_ids": top.run_ids, "lossless_mark": _mark(top.mark)})
     tps = sorted({p.tp for p in points})
-    return [r for tp in tps for r in (rows.get(tp) or [{"tp": tp, "label": None, "speedup": None}])]
+    return [r for tp in tps for r in (rows.get(tp) or [{"tp": tp, "label": None, "speedup": None,
+                                                        "empty": _nothing_to_compare(kept, tp)}])]
+
+
+def _nothing_to_compare(kept: list[Point], tp: int) -> str:
+    """Why a TP degree of a sweep has no headline row: only the autoregressive baseline ran there
+    (nothing to compare it with), or no configuration has a matched baseline."""
+    if all(p.method == AUTO for p in kept if p.tp == tp):
+        return "only the autoregressive baseline ran: nothing to compare"
+    return "no autoregressive baseline matched"
 
 
 def build_home(latest, counts: dict[int, dict[str, int]], points: list[Point], open_flags) -> dict[str, Any]:

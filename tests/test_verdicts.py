@@ -259,3 +259,12 @@ def test_empty_figures_say_when_every_counted_run_is_excluded():
         text = json.dumps(fig)
         assert "all 2 counted runs of this selection are excluded" in text, text
     assert "No counted runs in this selection." in json.dumps(figures.tp_scaling_figure([]))
+
+
+def test_an_ar_only_sweep_says_there_is_nothing_to_compare():
+    """Issue 31: a sweep of autoregressive runs only read "no autoregressive baseline matched"."""
+    from analysis.history import _headline
+    ar_only = [point(i, repeat=i) for i in range(2)]
+    assert [r.get("empty") for r in _headline(ar_only)] == ["only the autoregressive baseline ran: nothing to compare"]
+    no_baseline = [point(1, "ngram", 4)]
+    assert [r.get("empty") for r in _headline(no_baseline)] == ["no autoregressive baseline matched"]
