@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.display import lengths_text, workload_text
+from analysis.display import is_known, lengths_text, workload_text
 from benchkit.compare.sweepdiff import BETTER, SAME, WORSE, PointDiff
 from benchkit.point import SPEED_FIELD
 
@@ -28,6 +28,13 @@ CHANGE_COLOUR = "#7c3aed"
 def colour_of(labels: list[str]) -> dict[str, str]:
     """A stable colour per configuration label (sorted, so `auto` and `linear` keep theirs)."""
     return {lab: PALETTE[i % len(PALETTE)] for i, lab in enumerate(sorted(labels))}
+
+
+def _lengths(input_len: Any, output_len: Any) -> str:
+    """ "128/256 tokens" (input/output), the unit only after a known length: "lengths not in the
+    file" when neither is known (was "not in the file tokens")."""
+    text = lengths_text(input_len, output_len)
+    return text + " tokens" if is_known(input_len) or is_known(output_len) else "lengths " + text
 
 
 def _axis_name(i: int, axis: str) -> str:
@@ -86,7 +93,7 @@ def compare_figure(diffs: list[PointDiff], noise_pct: float, old_name: str, new_
                      "x": [round(x.change_pct, 2) for x in c], "y": [d.label for d in ds],
                      "marker": {"color": VERDICT_COLOURS[verdict], "size": 10, "opacity": 0.85},
                      "text": [f"{d.label} · TP{tp} · concurrency {workload_text(d.point.concurrency)} · "
-                              f"{lengths_text(d.point.input_len, d.point.output_len)} tokens · runs "
+                              f"{_lengths(d.point.input_len, d.point.output_len)} · runs "
                               f"{','.join(map(str, d.old_run_ids))} → {','.join(map(str, d.new_run_ids))}"
                               for d in ds],
                      "hovertemplate": "%{text}<br>output tok/s %{x:+.1f} %<extra>" + verdict + "</extra>"}

@@ -6,6 +6,7 @@ decode speedup is the heatmap's for every stored point."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -268,3 +269,20 @@ def test_an_ar_only_sweep_says_there_is_nothing_to_compare():
     assert [r.get("empty") for r in _headline(ar_only)] == ["only the autoregressive baseline ran: nothing to compare"]
     no_baseline = [point(1, "ngram", 4)]
     assert [r.get("empty") for r in _headline(no_baseline)] == ["no autoregressive baseline matched"]
+
+
+def test_the_compare_hover_puts_tokens_only_after_known_lengths():
+    """Issue 31: an imported point without lengths hovered "not in the file tokens"."""
+    from analysis.history_figures import compare_figure
+    from benchkit.compare.sweepdiff import BETTER, MetricChange, PointDiff
+    from benchkit.point import SPEED_FIELD
+
+    def diff(p):
+        return PointDiff(p.identity_key(), p, [1], [2], {SPEED_FIELD: MetricChange(SPEED_FIELD, 100.0, 120.0, 20.0)},
+                         BETTER, True, (), ())
+    unknown = dataclasses.replace(point(1), input_len=None, output_len=None)
+    texts = [t for tr in compare_figure([diff(unknown), diff(point(2, "ngram", 4))], 5.0, "a", "b")["data"]
+             for t in tr.get("text", [])]
+    assert any("lengths not in the file · runs" in t for t in texts)
+    assert any("128/128 tokens · runs" in t for t in texts)
+    assert not any("not in the file tokens" in t for t in texts)
