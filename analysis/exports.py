@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.ceilings import CEILING_COLUMNS, CEILING_HEADERS, point_ceiling_row, run_ceiling_row
+from analysis.tex import tex_escape
 from benchkit.compare import verdicts
 from benchkit.compare.speedups import Speedup
 from benchkit.formats.vllm_bench import export_vllm_layout
@@ -98,14 +99,27 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
     """A LaTeX `table` environment (booktabs) of the sweep, two decimals, with only the columns
     that have a value in some row (a CPU sweep has no GPU figures: those columns go); an unknown
     workload value reads "not in the file", an unknown figure "--"; the lossless sentence is left
-    out (the verdict code and its figures stay). The whole document, with the figures and the
-    answer, is `manage.py report` (analysis.report)."""
+    out (the verdict code and its figures stay). The caption (the sweep's name: a user's text),
+    the headers and every cell go through analysis.tex.tex_escape, the escaping of every TeX
+    draftboard writes (pandas' own escaping is off: it leaves the caption raw). The whole
+    document, with the figures and the answer, is `manage.py report` (analysis.report)."""
     table = table.drop(columns=["lossless_sentence"]).astype({k: object for k in WORKLOAD_COLUMNS})
     table = table[[c for c in table.columns if c in WORKLOAD_COLUMNS or _has_value(table[c])]]
     for k in WORKLOAD_COLUMNS:
         table[k] = [NOT_IN_FILE if pd.isna(v) else str(v) for v in table[k]]
-    return table.rename(columns=dict(COLUMNS)).to_latex(index=False, float_format="%.2f", caption=caption,
-                                                        label="tab:draftboard-sweep", na_rep="--", escape=True)
+    cells = pd.DataFrame({c: [_tex_cell(v) for v in table[c]] for c in table.columns}, columns=table.columns)
+    cells = cells.rename(columns={k: tex_escape(h) for k, h in COLUMNS})
+    return cells.to_latex(index=False, caption=tex_escape(caption), label="tab:draftboard-sweep", escape=False)
+
+
+def _tex_cell(value: Any) -> str:
+    """One cell of `to_latex`: "--" when unknown, a float with two decimals, anything else as
+    escaped text."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "--"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return tex_escape(value)
 
 
 def _has_value(col: pd.Series) -> bool:

@@ -15,7 +15,8 @@ load -> build -> render, like the pages:
   inventory, engine builds, workload, failed / invalidated / suspect runs, GPU efficiency and
   the exact command lines. No figure is computed here.
 - `render_tex` / `render_html` fill templates/report/report.tex / report.html (Django
-  templates; every value in the TeX goes through `tex_escape`); `export_figures` writes the
+  templates; every value in the TeX goes through analysis.tex.tex_escape, the one escaping of
+  every TeX draftboard writes); `export_figures` writes the
   figures as vector PDF (or SVG) through plotly's static export (kaleido, which drives the
   system's Chromium); `compile_pdf` runs the real `pdflatex` and reads its log
   (errors, overfull boxes). `write_report` does all of it into a folder.
@@ -28,12 +29,12 @@ import re
 import shlex
 import shutil
 import subprocess
-import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.tex import verbatim_lines
 from benchkit.compare.lossless import LOSSLESS, MARK, SHORT, lossless_mark
 from benchkit.compare.speedups import relative_step_costs
 from benchkit.compare.stats import median
@@ -63,39 +64,7 @@ class ReportError(Exception):
 
 
 # --------------------------------------------------------------------------------------------
-# escaping and formatting (the template filters of analysis.templatetags.report_tex)
-
-_TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
-                "%": r"\%", "_": r"\us{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", '"': "''"}
-#: The Unicode the pages print, as LaTeX (anything else non-ASCII is transliterated or '?').
-_TEX_UNICODE = {"τ": r"$\tau$", "×": r"$\times$", "★": r"$\star$", "≠": r"$\neq$", "≈": r"$\approx$",
-                "÷": r"$\div$", "–": "--", "—": "---", "·": r"$\cdot$", "…": r"\dots{}", "≥": r"$\geq$",
-                "≤": r"$\leq$", "±": r"$\pm$", "→": r"$\to$", "μ": r"$\mu$", "µ": r"$\mu$", "°": r"$^\circ$",
-                "‘": "`", "’": "'", "“": "``", "”": "''", "−": "-", "\u00a0": "~", "%": r"\%"}
-
-
-def tex_escape(value: Any) -> str:
-    """`value` as LaTeX text that pdflatex (plain ASCII input) typesets as written: the special
-    characters escaped, the pages' Unicode as LaTeX (`_TEX_UNICODE`), other accented letters
-    without their accent, anything else '?'. HTML line breaks (`<br>`) become spaces. None -> '--'."""
-    if value is None:
-        return "--"
-    text = re.sub(r"<br\s*/?>", " ", str(value))
-    out = []
-    for ch in text:
-        if ch in _TEX_SPECIAL:
-            out.append(_TEX_SPECIAL[ch])
-        elif ch in _TEX_UNICODE:
-            out.append(_TEX_UNICODE[ch])
-        elif ch == "\n" or ch == "\t":
-            out.append(" ")
-        elif ord(ch) < 128:
-            out.append(ch if ch.isprintable() else " ")
-        else:
-            plain = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
-            out.append("".join(_TEX_SPECIAL.get(c, c) for c in plain) or "?")
-    return "".join(out)
+# formatting (the template filters of analysis.templatetags.report_tex; escaping: analysis.tex)
 
 
 def fmt_num(value: Any, digits: int = 2) -> str:
@@ -354,7 +323,8 @@ def wrap_command(line: str, width: int = COMMAND_WIDTH) -> list[str]:
     """A shell command line as lines of at most `width` characters for the TeX appendix: broken
     between words with a shell continuation (` \\`), so the lines paste back as the same command;
     a single word longer than a line is cut, and its pieces are marked with a trailing `\\\\`
-    (then the pieces must be joined by hand: the HTML variant and the run page have it whole)."""
+    (then the pieces must be joined by hand: the HTML variant and the run page have it whole);
+    a `\\end{verbatim}` inside is cut the same way (analysis.tex.verbatim_lines)."""
     line = "".join(c if 32 <= ord(c) < 127 else "?" for c in line)  # verbatim: printable ASCII only
     out, cur = [], ""
     for word in line.split(" "):
@@ -369,7 +339,7 @@ def wrap_command(line: str, width: int = COMMAND_WIDTH) -> list[str]:
             cur = "    " + cur[width - 2:]
     if cur:
         out.append(cur)
-    return out
+    return verbatim_lines(out)
 
 
 def command_lines(runs: list[Any]) -> list[dict[str, Any]]:

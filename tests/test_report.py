@@ -15,6 +15,7 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 from analysis import report
+from analysis.tex import tex_escape
 from runs.models import Run
 from tests.usersgrid import make_users_grid
 
@@ -40,15 +41,15 @@ def squash(text: str) -> str:
 
 
 @pytest.mark.parametrize("raw, tex", [
-    ("b15 & 50% of $x_1 #2 {y} ~ ^ \\", r"b15 \& 50\% of \$x\us{}1 \#2 \{y\} \textasciitilde{} \textasciicircum{} "
-                                         r"\textbackslash{}"),
+    ("b15 & 50% of $x_1 #2 {y} ~ ^ \\", r"b15 \& 50\% of \$x{\ttfamily\char95}1 \#2 \{y\} "
+                                         r"\textasciitilde{} \textasciicircum{} \textbackslash{}"),
     ("★ 6.50×<br>single run", r"$\star$ 6.50$\times$ single run"),
     ("τ ≈ 7.4 — ≠ AR", r"$\tau$ $\approx$ 7.4 --- $\neq$ AR"),
     ("Qwen/Qwen3-8B café 中", "Qwen/Qwen3-8B cafe ?"),
     (None, "--"),
 ])
 def test_tex_escape(raw, tex):
-    assert report.tex_escape(raw) == tex
+    assert tex_escape(raw) == tex
 
 
 def test_read_tex_log_finds_errors_and_overfull_boxes():
@@ -101,7 +102,7 @@ def test_failed_and_suspect_runs_are_listed_with_their_reasons(grid):
     assert (ex["run"], ex["reason"], ex["label"]) == (run.pk, "server_start_failed", "b64")
     assert ctx["problems"]["suspect"][0]["reasons"].startswith("clock_throttled")
     tex = report.render_tex(ctx, {})
-    assert r"CUDA out of memory \& 50\% of \$HOME\us{}dir" in tex
+    assert r"CUDA out of memory \& 50\% of \$HOME{\ttfamily\char95}dir" in tex
 
 
 def test_unknown_baseline_is_refused(grid):

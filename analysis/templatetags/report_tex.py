@@ -1,5 +1,6 @@
 """Template filters of the sweep report's TeX source (templates/report/report.tex): every value
-that reaches the TeX file goes through `tex` (analysis.report.tex_escape), numbers through `num`."""
+that reaches the TeX file goes through `tex` (analysis.tex.tex_escape, the one escaping of every
+TeX draftboard writes), numbers through `num`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from django import template
 
-from analysis.report import fmt_num, tex_escape
+from analysis.report import fmt_num
+from analysis.tex import tex_escape
 
 register = template.Library()
 
