@@ -34,14 +34,22 @@ from runs.services import dispatch, hosts, ingest, invalidation, policy, regress
 
 class ActionPermissions:
     """Refuse (403) a changelist POST that names one of this admin's actions which the user may
-    not run. Django hides such actions, but a forged POST would only get "No action selected"."""
+    not run, naming the permission it needs. Django hides such actions, but a forged POST would
+    only get "No action selected". `action_perms`: an action permission's name (the
+    `permissions=` of @admin.action) -> the Django permission its has_NAME_permission checks."""
+
+    action_perms: dict[str, str] = {}
 
     def changelist_view(self, request, extra_context=None):
         name = request.POST.get("action") if request.method == "POST" else None
         if name:
             declared = {getattr(a, "__name__", a) for a in self.actions or []} | set(dict(self.admin_site.actions))
             if name in declared and name not in self.get_actions(request):
-                raise PermissionDenied(f"you may not run the action {name!r}")
+                func = next((a for a in self.actions or [] if getattr(a, "__name__", a) == name), None)
+                func = getattr(self, func, None) if isinstance(func, str) else func
+                needed = [self.action_perms.get(p, p) for p in getattr(func, "allowed_permissions", ())]
+                raise PermissionDenied(f"you may not run the action {name!r}"
+                                       + (f": it needs the {' and '.join(needed)} permission" if needed else ""))
         return super().changelist_view(request, extra_context)
 
 
@@ -67,8 +75,10 @@ class HostAdmin(ActionPermissions, admin.ModelAdmin):
     # quarantine changes only through the action (its own permission), never by editing the row
     readonly_fields = ("quarantined", "quarantine_reason", "quarantined_at", "worker_name", "worker_seen_at")
 
+    action_perms = {"clear_quarantine": "runs.clear_quarantine"}
+
     def has_clear_quarantine_permission(self, request) -> bool:
-        return request.user.has_perm("runs.clear_quarantine")
+        return request.user.has_perm(self.action_perms["clear_quarantine"])
 
     @admin.action(description="Clear quarantine (host takes runs again)", permissions=["clear_quarantine"])
     def clear_quarantine(self, request, queryset):
@@ -102,8 +112,10 @@ class HostTokenAdmin(ActionPermissions, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    action_perms = {"revoke": "runs.revoke_hosttoken"}
+
     def has_revoke_permission(self, request) -> bool:
-        return request.user.has_perm("runs.revoke_hosttoken")
+        return request.user.has_perm(self.action_perms["revoke"])
 
     def save_model(self, request, obj, form, change):
         if change or not self.has_add_permission(request):
@@ -363,8 +375,10 @@ class RunAdmin(LargeTableAdmin, ActionPermissions, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # an invalidated run stays for audit
 
+    action_perms = {"invalidate": "runs.invalidate_run"}
+
     def has_invalidate_permission(self, request) -> bool:
-        return request.user.has_perm("runs.invalidate_run")
+        return request.user.has_perm(self.action_perms["invalidate"])
 
     @admin.display(description="output tok/s", ordering="metrics__output_throughput_tok_s")
     def output_tok_s(self, obj):

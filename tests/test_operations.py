@@ -292,7 +292,10 @@ def test_staff_without_permission_cannot_create_a_sweep(client):
     host = make_host("perm-host")
     client.force_login(_staff("nobody", "view_sweep"))
     url = reverse("admin:runs_sweep_create_from_yaml")
-    assert client.get(url).status_code == 403
+    resp = client.get(url)
+    assert resp.status_code == 403
+    # issue 31: the 403 page names the missing permission (Django's bare page said only "403 Forbidden")
+    assert "creating a sweep needs the runs.create_sweep permission" in resp.content.decode()
     assert client.post(url, {"host": host.pk, "grid": _yaml()}).status_code == 403
     assert Sweep.objects.count() == 0 and Run.objects.count() == 0
     assert b"Create sweep from YAML" not in client.get(reverse("admin:runs_sweep_changelist")).content
@@ -342,10 +345,13 @@ def test_view_only_staff_cannot_invalidate_or_clear_quarantine(client):
     resp = client.post(reverse("admin:runs_run_changelist"),
                        {"action": "invalidate", "_selected_action": [run.pk], "apply": "1", "reason": "x"})
     assert resp.status_code == 403
+    assert ("you may not run the action &#x27;invalidate&#x27;: it needs the runs.invalidate_run permission"
+            in resp.content.decode())
     assert Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED
     resp = client.post(reverse("admin:runs_host_changelist"),
                        {"action": "clear_quarantine", "_selected_action": [host.pk]})
     assert resp.status_code == 403 and Host.objects.get(pk=host.pk).quarantined
+    assert "needs the runs.clear_quarantine permission" in resp.content.decode()
     page = client.get(reverse("admin:runs_run_changelist")).content.decode()
     assert "Invalidate selected runs" not in page
 
