@@ -33,7 +33,7 @@ Each field's metadata also says which keys it belongs to, and the keys are read 
   is looked for; FILTER fields are what the history pages filter runs by.
 - Which fields of a RunSpec define a measurement (its stored `point_key`, with options the record
   does not carry: dtype, extra args, burstiness, ...) is the RunSpec's own metadata
-  (`benchkit.specs._defines`); every IDENTITY field is one of them (tests/test_point.py). A server
+  (`point_key` in `benchkit.config_record`); every IDENTITY field is one of them (tests/test_point.py). A server
   start's key (`RunSpec.server_key`) is every ServerConfig field plus the GPUs and a pinned
   port: it does not apply to a stored point.
 

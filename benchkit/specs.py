@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any
 
+from benchkit import config_record
+from benchkit.config_record import WHEN_SET, ConfigField
 
-def _defines(default: Any = None, *, factory: Any = None) -> Any:
-    """A ServerConfig / WorkloadSpec field that defines the benchmark point: it is in
-    `RunSpec.point_fields` (and so in the stored `point_key`); the other fields say where, how
-    long or under which name, and are not."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"defines_point": True})
-    return field(default=default, metadata={"defines_point": True})
+
+def _dataclass_field(f: ConfigField) -> tuple[str, Any, Any]:
+    """(name, type, dataclasses.field) of a record field; the metadata carries the record entry."""
+    meta = {"config": f, "defines_point": f.point_key is True}
+    if f.factory is not None:
+        return f.name, f.type, field(default_factory=f.factory, metadata=meta)
+    return f.name, f.type, field(default=f.default, metadata=meta)
 
 
 @dataclass
@@ -33,77 +35,41 @@ class GpuRef:
     name: str = ""
 
 
-@dataclass
-class ServerConfig:
-    """How the inference server is started (everything that forbids sharing a server).
+_SERVER_DOC = """How the inference server is started (everything that forbids sharing a server).
 
     `engine` is a name of the engine registry (benchkit.engines.registry); `method` a name of the method table
     (benchkit.methods, which says what each method needs); `num_speculative_tokens` is the
     draft length per step (tokens); `tree_budget` is DDTree's node budget B (root not counted).
     `extra_args` is appended verbatim to the engine's argv. For engine `external`,
     `endpoint_url` names a server someone else started and nothing is launched. Every field
-    but the served name and the demo flag defines the point (`_defines`).
+    but the served name and the demo flag defines the point. The fields are benchkit.config_record's
+    `server` part (type, default, unit, group, sweep-file section), in its order.
     """
 
-    engine: str = _defines("vllm")
-    model: str = _defines("")
-    served_model_name: str = ""
-    drafter: str = _defines("")
-    method: str = _defines("auto")
-    num_speculative_tokens: int | None = _defines(None)
-    tree_budget: int | None = _defines(None)
-    tp: int = _defines(1)
-    dtype: str = _defines("")
-    max_model_len: int | None = _defines(None)
-    load_format: str = _defines("")
-    prefix_caching: bool | None = _defines(None)
-    extra_args: list[str] = _defines(factory=list)
-    env: dict[str, str] = _defines(factory=dict)
-    endpoint_url: str = _defines("")
-    engine_build: str = _defines("")  # key into engine_flags.yaml overrides, e.g. "sglang-ddtree-pr"
-    is_demo_model: bool = False
-    #: An acceptance-controlled twin (issue 21): the engine's synthetic acceptance pinned to this
-    #: mean acceptance length (tokens per verify pass, bonus token included; the adapter's
-    #: `twin` says how, or refuses: "no twin"). None: a real run. In `point_fields` only when set,
-    #: so the keys of real runs are those stored before the field existed.
-    acceptance_tau: float | None = None
-    #: CPUs (a Linux CPU list, e.g. "0") for the engine's busy processes; the API server gets the
-    #: host's others (benchkit.engines.cpus: why a 2-CPU host needs it with vLLM's CPU build).
-    #: "": the engine's own placement. In `point_fields` only when set, like `acceptance_tau`.
-    engine_cpus: str = ""
+
+def _n_warmup(self: Any) -> int:
+    """Warmup requests sent before the window: at least the concurrency (MEASUREMENT.md)."""
+    if self.warmup_requests is None:
+        return max(self.concurrency, 1)
+    return max(self.warmup_requests, self.concurrency)
 
 
-@dataclass
-class WorkloadSpec:
-    """The load sent to the server for one run.
+_WORKLOAD_DOC = """The load sent to the server for one run.
 
     Closed loop when `request_rate` is None (at most `concurrency` requests in flight);
     otherwise open loop at `request_rate` req/s with gamma `burstiness` (1.0 = Poisson), still
     capped at `concurrency`. Lengths are in the server's tokens. `slo` maps metric names
     (`ttft_ms`, `tpot_ms`, `e2el_ms`) to upper bounds in ms for goodput. Every field but the
-    warmup and the SLOs defines the point (`_defines`).
+    warmup and the SLOs defines the point. The fields are benchkit.config_record's `workload` part.
     """
 
-    dataset: str = _defines("random")  # random | sharegpt | jsonl
-    dataset_path: str = _defines("")
-    input_len: int = _defines(128)
-    output_len: int = _defines(128)
-    num_prompts: int = _defines(16)
-    concurrency: int = _defines(1)
-    request_rate: float | None = _defines(None)
-    burstiness: float = _defines(1.0)
-    ignore_eos: bool = _defines(True)
-    temperature: float = _defines(0.0)
-    seed: int = _defines(0)
-    warmup_requests: int | None = None  # None -> max(concurrency, 1)
-    slo: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def n_warmup(self) -> int:
-        """Warmup requests sent before the window: at least the concurrency (MEASUREMENT.md)."""
-        if self.warmup_requests is None:
-            return max(self.concurrency, 1)
-        return max(self.warmup_requests, self.concurrency)
+#: How the inference server is started: the record's `server` fields (benchkit.config_record).
+ServerConfig = make_dataclass("ServerConfig", [_dataclass_field(f) for f in config_record.of_part("server")],
+                              namespace={"__doc__": _SERVER_DOC, "__module__": __name__})
+#: The load sent to the server for one run: the record's `workload` fields.
+WorkloadSpec = make_dataclass("WorkloadSpec", [_dataclass_field(f) for f in config_record.of_part("workload")],
+                              namespace={"__doc__": _WORKLOAD_DOC, "__module__": __name__,
+                                         "n_warmup": property(_n_warmup)})
 
 
 @dataclass
@@ -148,16 +114,12 @@ class RunSpec:
         temperature, seed) and the repeat index; a twin's pinned `acceptance_tau` and
         `engine_cpus` when set.
         Not included: GPUs, port, limits, SLOs, warmup.
-        Which fields: those declared with `_defines`."""
+        Which fields: the record's (benchkit.config_record) with `point_key` (WHEN_SET: only when
+        not the default, so that runs stored before the field existed keep their keys)."""
         s, w = self.server, self.workload
-        server = {f: getattr(s, f) for f in _SERVER_POINT_FIELDS}
-        if s.acceptance_tau is not None:  # a twin: pinned acceptance defines its measurement
-            server["acceptance_tau"] = s.acceptance_tau
-        if s.engine_cpus:  # where the engine ran is part of what was measured
-            server["engine_cpus"] = s.engine_cpus
         return {
-            "server": server,
-            "workload": {f: getattr(w, f) for f in _WORKLOAD_POINT_FIELDS},
+            "server": _point_part(s, _SERVER_POINT_FIELDS),
+            "workload": _point_part(w, _WORKLOAD_POINT_FIELDS),
             "repeat": self.repeat_index,
         }
 
@@ -186,8 +148,18 @@ class RunSpec:
         )
 
 
-_SERVER_POINT_FIELDS = tuple(f.name for f in fields(ServerConfig) if f.metadata.get("defines_point"))
-_WORKLOAD_POINT_FIELDS = tuple(f.name for f in fields(WorkloadSpec) if f.metadata.get("defines_point"))
+_SERVER_POINT_FIELDS = tuple(f.metadata["config"] for f in fields(ServerConfig) if f.metadata["config"].point_key)
+_WORKLOAD_POINT_FIELDS = tuple(f.metadata["config"] for f in fields(WorkloadSpec) if f.metadata["config"].point_key)
+
+
+def _point_part(obj: Any, point_fields: tuple[ConfigField, ...]) -> dict[str, Any]:
+    """{name: value} of `point_fields` on `obj` (a WHEN_SET field only when not its default)."""
+    out = {}
+    for f in point_fields:
+        value = getattr(obj, f.name)
+        if f.point_key != WHEN_SET or value != f.default_value():
+            out[f.name] = value
+    return out
 
 
 def _canonical(data: Any) -> str:

@@ -50,6 +50,7 @@ from pydantic import (
     model_validator,
 )
 
+from benchkit import config_record
 from benchkit.configfile import FieldProblem, first_problem
 from benchkit.formats.errors import ResultFileError
 from benchkit.formats.jsontext import JsonObject
@@ -69,9 +70,9 @@ COMMON_DEFINITIONS = {
     "percentiles": "numpy.percentile, linear interpolation; std is the population std (ddof=0)",
 }
 
-#: The keys of `ImportedRun.workload` (see there).
-WORKLOAD_KEYS = ("input_len", "output_len", "num_prompts", "concurrency", "request_rate", "burstiness", "model",
-                 "tokenizer", "backend", "dataset", "engine")
+#: The keys of `ImportedRun.workload` (see there): the configuration fields a result file may
+#: give (benchkit.config_record, `imported`), then what only a file says (its tokenizer, backend).
+WORKLOAD_KEYS = (*config_record.imported_keys(), "tokenizer", "backend")
 
 
 def make_workload(**values: Any) -> dict[str, Any]:

@@ -15,14 +15,14 @@ from typing import Any
 
 import yaml
 
-from benchkit.specs import Limits, RunSpec, ServerConfig, WorkloadSpec
+from benchkit import config_record
+from benchkit.specs import Limits, RunSpec
+from benchkit.sweeps.sweepfile import GRID_AXES
 
-#: ServerConfig fields that go to the file's `server:` section when they differ from the default.
-_SERVER_KEYS = ("served_model_name", "dtype", "max_model_len", "load_format", "extra_args", "env", "endpoint_url",
-                "is_demo_model")
-#: WorkloadSpec fields that go to `workload:` (the grid axes and the SLO go elsewhere).
-_WORKLOAD_KEYS = ("dataset", "dataset_path", "num_prompts", "request_rate", "burstiness", "ignore_eos",
-                  "temperature", "seed", "warmup_requests")
+
+def _keys(section: config_record.Section, part: config_record.Part) -> tuple[str, ...]:
+    """The record's `part` fields whose first section is `section` (benchkit.config_record)."""
+    return tuple(f.name for f in config_record.in_section(section, primary=True) if f.part == part)
 
 
 def point_sweep_dict(spec: RunSpec, name: str, description: str = "") -> dict[str, Any]:
@@ -32,30 +32,25 @@ def point_sweep_dict(spec: RunSpec, name: str, description: str = "") -> dict[st
     coordinates (engine, model, TP, method, concurrency, lengths), which are always written.
     """
     s, w = spec.server, spec.workload
-    default_server, default_workload = ServerConfig(), WorkloadSpec()
+    # the method entry: the method and its parameters, a drafter, prefix caching (None: unset)
     method: dict[str, Any] = {"method": s.method}
-    if s.num_speculative_tokens is not None:
-        method["num_speculative_tokens"] = s.num_speculative_tokens
-    if s.tree_budget is not None:
-        method["tree_budget"] = s.tree_budget
-    if s.drafter:
-        method["drafter"] = s.drafter
-    if s.prefix_caching is not None:
-        method["prefix_caching"] = s.prefix_caching
+    for key in sorted(_keys("grid.methods", "server"), key=lambda k: config_record.field_named(k).group != "decoding"):
+        if key != "method" and getattr(s, key) not in (None, ""):
+            method[key] = getattr(s, key)
     doc: dict[str, Any] = {"name": name}
     if description:
         doc["description"] = description
     doc.update(engine=s.engine, model=s.model)
-    if s.engine_build:
-        doc["engine_build"] = s.engine_build
+    for key in _keys("top", "server"):
+        if key not in doc and getattr(s, key) != config_record.field_named(key).default_value():
+            doc[key] = getattr(s, key)
     if spec.port is not None:  # pinned by its sweep; otherwise the runner picks a free one again
         doc["port"] = spec.port
-    server = {k: getattr(s, k) for k in _SERVER_KEYS if getattr(s, k) != getattr(default_server, k)}
+    server = _changed(s, _keys("server", "server"))
     if server:
         doc["server"] = server
-    doc["grid"] = {"tp": [s.tp], "methods": [method], "concurrency": [w.concurrency], "output_len": [w.output_len],
-                   "input_len": [w.input_len]}
-    workload = {k: getattr(w, k) for k in _WORKLOAD_KEYS if getattr(w, k) != getattr(default_workload, k)}
+    doc["grid"] = {"tp": [s.tp], "methods": [method], **{k: [getattr(w, k)] for k in GRID_AXES}}
+    workload = _changed(w, _keys("workload", "workload"))
     if workload:
         doc["workload"] = workload
     limits = {f.name: getattr(spec.limits, f.name) for f in fields(Limits)
@@ -67,6 +62,11 @@ def point_sweep_dict(spec: RunSpec, name: str, description: str = "") -> dict[st
     if spec.gpus:
         doc["gpus"] = {s.tp: [g.index for g in spec.gpus]}
     return doc
+
+
+def _changed(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """{key: value} of the `keys` of `obj` whose value is not the record's default."""
+    return {k: getattr(obj, k) for k in keys if getattr(obj, k) != config_record.field_named(k).default_value()}
 
 
 def point_sweep_file(spec: RunSpec, name: str, description: str = "") -> str:

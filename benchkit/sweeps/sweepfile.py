@@ -69,14 +69,25 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional, get_args
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from benchkit import config_record
+from benchkit.config_record import ConfigField
 from benchkit.configfile import (
     FieldProblem,
     StrictModel,
@@ -213,19 +224,33 @@ def _cpu_list(value: str) -> str:
     return value
 
 
-class ServerSection(StrictModel):
-    """`server:` defaults for every run's ServerConfig (benchkit.specs)."""
+#: What a section field needs checked beyond its type, bounds and choices (by record field name).
+_SECTION_CHECKS: dict[str, Any] = {"env": BeforeValidator(_env), "engine_cpus": AfterValidator(_cpu_list)}
 
-    dtype: str = ""
-    max_model_len: PositiveInt | None = None
-    load_format: str = ""
-    served_model_name: str = ""
-    prefix_caching: bool | None = None
-    extra_args: list[str] = Field(default_factory=list)
-    env: Annotated[dict[str, str], BeforeValidator(_env)] = Field(default_factory=dict)
-    endpoint_url: str = ""
-    is_demo_model: bool = False
-    engine_cpus: Annotated[str, AfterValidator(_cpu_list)] = ""
+
+def _section_field(f: ConfigField) -> tuple[Any, Any]:
+    """(annotation, pydantic Field) of a record field in a sweep-file section: its type (None
+    allowed where the type allows it), the record's choices and bounds, its check, its default."""
+    base, optional = f.type, False
+    if isinstance(base, types.UnionType) and type(None) in get_args(base):
+        optional, base = True, next(a for a in get_args(base) if a is not type(None))
+    if f.choices:
+        base = Literal[f.choices]
+    bounds = {k: v for k, v in (("ge", f.ge), ("gt", f.gt)) if v is not None}
+    if bounds:
+        base = Annotated[base, Field(**bounds)]
+    if f.name in _SECTION_CHECKS:
+        base = Annotated[base, _SECTION_CHECKS[f.name]]
+    default = Field(default_factory=f.factory) if f.factory is not None else Field(default=f.default)
+    return Optional[base] if optional else base, default  # noqa: UP045 (a runtime annotation)
+
+
+def section_model(name: str, section: str, base: type[StrictModel], doc: str,
+                  record: tuple[ConfigField, ...] | None = None) -> type[StrictModel]:
+    """The pydantic model of a sweep-file section: every record field (benchkit.config_record)
+    that `section` sets, in the record's order."""
+    return create_model(name, __base__=base, __doc__=doc, __module__=__name__,
+                        **{f.name: _section_field(f) for f in config_record.in_section(section, record)})
 
 
 class TwinSection(StrictModel):
@@ -280,27 +305,24 @@ class Grid(StrictModel):
     input_len: Positives | None = None
 
 
-class WorkloadSection(StrictModel):
-    """`workload:` defaults for every run's WorkloadSpec (benchkit.specs; `slo` is top level)."""
-
-    dataset: Literal["random", "sharegpt", "jsonl"] = "random"
-    dataset_path: str = ""
-    input_len: PositiveInt = _WORKLOAD.input_len
-    output_len: PositiveInt = _WORKLOAD.output_len
-    num_prompts: PositiveInt = _WORKLOAD.num_prompts
-    concurrency: PositiveInt = _WORKLOAD.concurrency
-    request_rate: PositiveFloat | None = None
-    burstiness: PositiveFloat = _WORKLOAD.burstiness
-    ignore_eos: bool = _WORKLOAD.ignore_eos
-    temperature: Annotated[float, Field(ge=0)] = _WORKLOAD.temperature
-    seed: NonNegativeInt = _WORKLOAD.seed
-    warmup_requests: NonNegativeInt | None = None
+class _WorkloadChecks(StrictModel):
+    """What `workload:` checks across its fields: a dataset other than random names its file."""
 
     @model_validator(mode="after")
-    def _dataset_path(self) -> WorkloadSection:
-        if self.dataset != "random" and not self.dataset_path:
-            raise FieldProblem("dataset_path", f"dataset {self.dataset!r} needs a path")
+    def _dataset_path(self) -> Any:
+        if self.dataset != "random" and not self.dataset_path:  # type: ignore[attr-defined]
+            raise FieldProblem("dataset_path", f"dataset {self.dataset!r} needs a path")  # type: ignore[attr-defined]
         return self
+
+
+#: `server:` defaults for every run's ServerConfig: the record's fields with section `server`.
+ServerSection = section_model("ServerSection", "server", StrictModel,
+                              "`server:` defaults for every run's ServerConfig (benchkit.specs; the record's "
+                              "`server` section, benchkit.config_record).")
+#: `workload:` defaults for every run's WorkloadSpec (`slo` is top level; the grid axes may be given here once).
+WorkloadSection = section_model("WorkloadSection", "workload", _WorkloadChecks,
+                                "`workload:` defaults for every run's WorkloadSpec (benchkit.specs; `slo` is top "
+                                "level; the record's `workload` section, benchkit.config_record).")
 
 
 class LimitsSection(StrictModel):
