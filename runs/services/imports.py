@@ -31,9 +31,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from benchkit import config_record
 from benchkit.engines.registry import engine_for_tool
 from benchkit.execution.outcome import RunOutcome
 from benchkit.formats.common import ImportedRun
@@ -200,6 +202,16 @@ def _outcome(imp: ImportedRun) -> RunOutcome:
                       definitions=definitions, extra=imp.source_extra)
 
 
+#: The Run columns an imported file's workload gives (benchkit.config_record: `run_column` and
+#: `imported`); the choice (engine, method, TP, concurrency, output length) overrides some.
+_IMPORTED_COLUMNS = tuple(f for f in config_record.run_columns() if f.imported)
+
+
+def _imported_columns(workload: dict[str, Any]) -> dict[str, Any]:
+    """{column: the file's value}, or the record's missing value ("" for text, else None)."""
+    return {f.name: workload[f.name] if workload.get(f.name) is not None else f.missing() for f in _IMPORTED_COLUMNS}
+
+
 def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) -> list[int]:
     """Create the runs of one parsed file (move `imported -> succeeded | failed`, stored by
     runs.services.outcomes.store_outcome); returns their ids."""
@@ -212,13 +224,12 @@ def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) 
         run = Run(
             sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
             spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},
-            engine=c.engine or w.get("engine") or tool_engine,
-            model=w.get("model") or "", method=method.method, num_speculative_tokens=method.num_speculative_tokens,
-            tree_budget=method.tree_budget, tp=c.tp,
-            concurrency=c.concurrency if c.concurrency is not None else w.get("concurrency"),
-            request_rate=w.get("request_rate"), input_len=w.get("input_len"),
-            output_len=c.output_len if c.output_len is not None else w.get("output_len"),
-            num_prompts=w.get("num_prompts"), dataset=w.get("dataset") or "",
+            **{**_imported_columns(w),
+               "engine": c.engine or w.get("engine") or tool_engine,
+               "method": method.method, "num_speculative_tokens": method.num_speculative_tokens,
+               "tree_budget": method.tree_budget, "tp": c.tp,
+               "concurrency": c.concurrency if c.concurrency is not None else w.get("concurrency"),
+               "output_len": c.output_len if c.output_len is not None else w.get("output_len")},
         )
         run = store_outcome(run, _outcome(imp), origin=IMPORTED, note=f"imported from {imp.origin} ({imp.source_tool})")
         ids.append(run.pk)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
+from benchkit import config_record
 from benchkit.hosts.inventory import collect_inventory
 from benchkit.specs import RunSpec
 from benchkit.sweeps import dryrun, sweepfile, twins
@@ -23,17 +24,16 @@ log = logging.getLogger(__name__)
 
 
 def run_fields(spec: RunSpec) -> dict:
-    """Run columns copied from a RunSpec (what the dashboard filters and groups on)."""
+    """Run columns copied from a RunSpec (what the dashboard filters and groups on): every record
+    field with `run_column` (benchkit.config_record), the dataset as `kind:path` but for random,
+    the GPUs, whether they span NUMA nodes and the repeat index."""
     s, w = spec.server, spec.workload
     numa = {g.numa_node for g in spec.gpus if g.numa_node >= 0}
+    columns = {f.name: getattr(s if f.part == "server" else w, f.name) for f in config_record.run_columns()}
     return dict(
-        engine=s.engine, engine_build=s.engine_build, model=s.model, drafter=s.drafter,
-        is_demo_model=s.is_demo_model, method=s.method, num_speculative_tokens=s.num_speculative_tokens,
-        tree_budget=s.tree_budget, tp=s.tp, gpus=[g.__dict__ for g in spec.gpus],
-        gpus_cross_numa=len(numa) > 1, concurrency=w.concurrency, request_rate=w.request_rate,
-        input_len=w.input_len, output_len=w.output_len, num_prompts=w.num_prompts,
+        columns, gpus=[g.__dict__ for g in spec.gpus], gpus_cross_numa=len(numa) > 1,
         dataset=w.dataset if w.dataset == "random" else f"{w.dataset}:{w.dataset_path}",
-        temperature=w.temperature, seed=w.seed, repeat_index=spec.repeat_index,
+        repeat_index=spec.repeat_index,
     )
 
 
