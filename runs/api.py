@@ -9,6 +9,8 @@ benchkit.execution.bundle.tar_bundle), `Content-Type: application/gzip`, and the
 - 422: some run files refused (each with `file: reason`, nothing stored for them), the others stored;
 - 400: the archive or its manifest cannot be read (nothing stored);
 - 401: no token; 403: unknown or revoked token, or a bundle of another host (nothing stored);
+- 411: no Content-Length (a chunked upload, `Transfer-Encoding: chunked`): not accepted, since
+  the WSGI server hands Django no body without one; send the length (curl --data-binary does);
 - 413: body larger than settings.DRAFTBOARD_INGEST_MAX_BYTES.
 """
 
@@ -43,6 +45,10 @@ def ingest(request):
         host_token = authenticate(token)
     except IngestRefused as exc:
         return JsonResponse({"error": str(exc)}, status=403)
+    if not request.META.get("CONTENT_LENGTH"):
+        return JsonResponse({"error": "chunked uploads (no Content-Length header) are not accepted: send the "
+                                      "bundle with a Content-Length header (curl --data-binary @bundle.tar.gz "
+                                      "sends one); nothing stored"}, status=411)
     limit = settings.DRAFTBOARD_INGEST_MAX_BYTES
     with tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK) as body:
         size = 0

@@ -296,6 +296,12 @@ def test_http_ingest_refuses_wrong_revoked_missing_and_other_hosts_tokens(client
     assert resp.status_code == 403 and "gpu-elsewhere" in resp.json()["error"]
     # issue 31: one pair of quotes around the host name (was "'gpu-elsewhere''s")
     assert "the token belongs to host 'gpu-elsewhere'" in resp.json()["error"] and "''" not in resp.json()["error"]
+    # issue 31: a chunked upload (no Content-Length) was "ReadError: empty file"; now 411 saying what to send
+    _, good_token = ingest.create_token(host, "new")
+    resp = client.post("/api/ingest/", data=data, content_type="application/gzip", CONTENT_LENGTH="",
+                       HTTP_TRANSFER_ENCODING="chunked", HTTP_AUTHORIZATION=f"Bearer {good_token}")
+    assert resp.status_code == 411 and "chunked uploads (no Content-Length header) are not accepted" in \
+        resp.json()["error"] and "empty file" not in resp.json()["error"]
     assert _post(client, data, None).status_code == 401
     assert _counts() == (0, 0, 0, 0, 0)
 
