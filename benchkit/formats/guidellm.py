@@ -38,16 +38,33 @@ What maps where (GuideLLM's definitions, `guidellm/schemas/base/request_stats.py
   `acceptance_length_token_weighted`), the mean of the requests' `mean_acceptance_length`
   (`acceptance_length_request_weighted`), per-position rates from the pooled histograms.
 
+Layouts GuideLLM has written (vllm-project/guidellm, by tag), each read from a real file:
+
+- 0.2.x-0.3.x (`guidellm/benchmark/benchmark.py` `GenerativeBenchmark`, `output.py`
+  `GenerativeBenchmarksReport`): `{"benchmarks": [...]}` only, no `metadata`; each benchmark has
+  `args` (`strategy`), `run_stats`, `worker` (`backend_type`, `backend_model`), `request_loader`
+  (`data`, e.g. "prompt_tokens=512,output_tokens=128"), `metrics` (the same distributions, without
+  `request_totals` and the per-iteration ones), `request_totals` and `request_samples` (not None when
+  `requests` was sampled) beside `metrics`, `requests.successful[]` with `inter_token_latency_ms`
+  per request, and `duration`. Real file: graz-dev/vllm-benchmark `benchmarks.json` (GuideLLM 0.2,
+  percentiles without p50), trimmed copy in tests/fixtures/harnesses/guidellm/v0.2-throughput/.
+- 0.7.x-0.8 (report `metadata.version` 2, described above): the fixture's layout.
+
+0.1.x (`core/report.py` `GuidanceReport`: `benchmarks[].benchmarks[].results[]`) and 0.4-0.6
+(`args` at the top, `metadata.version` 1 from 0.5) have no real file here: a benchmark with neither
+`metrics.request_totals` nor `request_totals` is refused naming both layouts (`LAYOUTS`).
+
 The format (`FORMAT`, registry name "guidellm", tool "GuideLLM"): a file (JSON, or YAML by its
 suffix), recognised by `metadata.guidellm_version` and GuideLLM's benchmark keys.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, ValidationError
 
 from benchkit.formats.base import Recognition, ResultFormat, Source
 from benchkit.formats.common import (
@@ -143,6 +160,25 @@ class Backend(ResultModel):
     request_format: Text(100) | None = None
 
 
+class Worker(ResultModel):
+    """GuideLLM 0.2-0.3 `benchmarks[].worker` (`GenerativeRequestsWorkerDescription`)."""
+
+    backend_type: Text(100) | None = None
+    backend_model: Text(TEXT_LIMITS["model"]) | None = None
+
+
+class Args(ResultModel):
+    """GuideLLM 0.2-0.3 `benchmarks[].args` (`BenchmarkArgs`): the strategy read."""
+
+    strategy: Strategy | None = None
+
+
+class RequestLoader(ResultModel):
+    """GuideLLM 0.2-0.3 `benchmarks[].request_loader`: `data` as given on the command line."""
+
+    data: Any = None
+
+
 class BenchmarkConfig(ResultModel):
     id_: Text(200) | None = None
     strategy: Strategy | None = None
@@ -184,6 +220,12 @@ class Benchmark(ResultModel):
     metrics: Metrics | None = None
     requests: Requests | None = None
     duration: Number() | None = None
+    # GuideLLM 0.2-0.3 (module docstring)
+    args: Args | None = None
+    worker: Worker | None = None
+    request_loader: RequestLoader | None = None
+    request_totals: RequestTotals | None = None
+    request_samples: RequestTotals | None = None
     warmup_duration: Number() | None = None
     cooldown_duration: Number() | None = None
 
@@ -215,6 +257,16 @@ class Report(ResultModel):
     metadata: Meta | None = None
     config: RunConfig | None = None
     benchmarks: list[Benchmark]
+
+
+#: What each known layout keeps its request counts under (the refusal of an unknown layout names them).
+LAYOUTS = ("GuideLLM 0.7-0.8: benchmarks[].metrics.request_totals (with metadata.guidellm_version)",
+           "GuideLLM 0.2-0.3: benchmarks[].request_totals beside benchmarks[].metrics, args and worker")
+
+
+def _legacy(b: Benchmark) -> bool:
+    """A benchmark of GuideLLM 0.2-0.3's layout: `request_totals` beside `metrics`."""
+    return (b.metrics is None or b.metrics.request_totals is None) and b.request_totals is not None
 
 
 def _successful(d: StatusDistribution | None) -> Distribution | None:
@@ -280,8 +332,12 @@ def import_benchmark(obj: JsonObject, i: int, report: Report) -> ImportedRun:
     """The run of `benchmarks[i]` of a validated report (module docstring)."""
     b = report.benchmarks[i]
     m = b.metrics or Metrics()
-    totals = m.request_totals or RequestTotals()
+    legacy = _legacy(b)
+    totals = (b.request_totals if legacy else m.request_totals) or RequestTotals()
     definitions = dict(GUIDELLM_DEFINITIONS)
+    if legacy:
+        definitions["layout"] = ("GuideLLM 0.2-0.3: request_totals beside metrics, model from worker.backend_model, "
+                                 "strategy from args.strategy")
     values: dict[str, Any] = {"completed": totals.successful, "failed": totals.errored, "duration_s": b.duration}
     values["total_input_tokens"] = _whole(getattr(_successful(m.prompt_token_count), "total_sum", None))
     values["total_output_tokens"] = _whole(getattr(_successful(m.output_token_count), "total_sum", None))
@@ -290,7 +346,8 @@ def import_benchmark(obj: JsonObject, i: int, report: Report) -> ImportedRun:
     values["mean_tokens_per_chunk"] = getattr(_successful(m.output_tokens_per_iteration), "mean", None)
     values["mean_decode_tokens_per_chunk"] = getattr(_successful(m.iter_tokens_per_iteration), "mean", None)
     requests = (b.requests.successful if b.requests else None) or []
-    complete = totals.successful is not None and len(requests) == totals.successful > 0
+    sampled = b.request_samples is not None and b.request_samples.successful != totals.successful
+    complete = not sampled and totals.successful is not None and len(requests) == totals.successful > 0
     spec = False
     if complete:
         tpots = [r.inter_token_latency_ms for r in requests if r.inter_token_latency_ms is not None]
@@ -304,22 +361,23 @@ def import_benchmark(obj: JsonObject, i: int, report: Report) -> ImportedRun:
         definitions["tpot"] = (f"not computed: requests.successful holds {len(requests)} of {totals.successful} "
                                "successful requests (sampled); GuideLLM's token-weighted inter_token_latency_ms "
                                "is kept apart")
+    raw = obj.data["benchmarks"][i]
     extra = {
         "inter_token_latency_ms": _summary(_successful(m.inter_token_latency_ms)),
         "time_per_output_token_ms": _summary(_successful(m.time_per_output_token_ms)),
         **{key: getattr(_successful(getattr(m, key)), "mean", None)
            for key in ("requests_per_second", "output_tokens_per_second", "tokens_per_second")},
         "request_totals": totals.model_dump(),
-        "strategy": kept(obj.data["benchmarks"][i].get("config", {}).get("strategy")),
+        "strategy": kept(((raw.get("args") if legacy else raw.get("config")) or {}).get("strategy")),
         "benchmark_id": b.config.id_ if b.config else None,
         "warmup_duration": b.warmup_duration, "cooldown_duration": b.cooldown_duration,
     }
     extra["inter_token_latency_ms"] = extra["inter_token_latency_ms"] and {
         **extra["inter_token_latency_ms"], "weighted_by": "output tokens - 1 per request (token-weighted TPOT)"}
     workload = _workload(report, b)
-    keys = {"completed": f"benchmarks[{i}].metrics.request_totals.successful",
-            "failed": f"benchmarks[{i}].metrics.request_totals.errored",
-            "concurrency": f"benchmarks[{i}].config.strategy"}
+    totals_at = f"benchmarks[{i}].request_totals" if legacy else f"benchmarks[{i}].metrics.request_totals"
+    keys = {"completed": f"{totals_at}.successful", "failed": f"{totals_at}.errored",
+            "concurrency": f"benchmarks[{i}].args.strategy" if legacy else f"benchmarks[{i}].config.strategy"}
 
     def refuse(name: str, reason: str) -> ResultFileError:
         return ResultFileError(f"{obj.path}#benchmarks[{i}]", reason, None, keys.get(name, name))
@@ -337,11 +395,35 @@ GUIDELLM_SPEC_SOURCE = ("GuideLLM: vLLM's per-request speculative_decoding figur
                         "the benchmark's successful requests (not server counter deltas)")
 
 
+def _loader_data(loader: RequestLoader | None) -> DataSpec:
+    """GuideLLM 0.2-0.3's `request_loader.data` when it is a synthetic-data text
+    ("prompt_tokens=512,output_tokens=128", or the same as JSON); else nothing known."""
+    data = loader.data if loader is not None else None
+    if isinstance(data, str):
+        text = data.strip()
+        try:
+            data = json.loads(text) if text.startswith("{") else dict(p.split("=", 1) for p in text.split(","))
+        except (ValueError, TypeError):
+            return DataSpec()
+    if not isinstance(data, dict):
+        return DataSpec()
+    try:
+        return DataSpec.model_validate({k: (float(v) if k.endswith("_stdev") else int(v))
+                                        for k, v in data.items() if k in _SYNTHETIC})
+    except (ValueError, TypeError, ValidationError):
+        return DataSpec()
+
+
+_SYNTHETIC = ("prompt_tokens", "prompt_tokens_stdev", "output_tokens", "output_tokens_stdev")
+
+
 def _workload(report: Report, b: Benchmark) -> dict[str, Any]:
     spec = (report.config.spec if report.config else None) or RunSpec()
     backend = (b.config.backend if b.config else None) or spec.backend or Backend()
-    data = spec.data[0] if spec.data and len(spec.data) == 1 else DataSpec()
-    strategy = (b.config.strategy if b.config else None) or Strategy()
+    if b.worker is not None and backend.model is None and backend.kind is None:
+        backend = Backend(model=b.worker.backend_model, kind=b.worker.backend_type)
+    data = spec.data[0] if spec.data and len(spec.data) == 1 else _loader_data(b.request_loader)
+    strategy = (b.config.strategy if b.config else None) or (b.args.strategy if b.args else None) or Strategy()
     kind = strategy.type_
     concurrency = {"synchronous": 1, "concurrent": strategy.streams}.get(kind, strategy.max_concurrency)
     return make_workload(input_len=_exact(data.prompt_tokens, data.prompt_tokens_stdev),
@@ -362,13 +444,14 @@ class GuideLLM(ResultFormat):
     name: ClassVar[str] = "guidellm"
     tool: ClassVar[str] = TOOL_GUIDELLM
     reads: ClassVar[str] = "benchmarks.json or benchmarks.yaml of guidellm run (one run per benchmark)"
-    expected: ClassVar[str] = ("benchmarks[].metrics with request_totals, time_to_first_token_ms, request_latency, "
-                               "output_token_count")
+    expected: ClassVar[str] = ("benchmarks[].metrics with time_to_first_token_ms, request_latency, output_token_count "
+                               "and request_totals (in metrics from GuideLLM 0.4, beside it in 0.2-0.3)")
 
     def recognise(self, source: Source) -> Recognition | None:
         """Recognised by `metadata.guidellm_version` (2) plus, per marker, a `benchmarks` list and
-        a first benchmark with GuideLLM's `scheduler_metrics` / `scheduler_state`; a document with
-        neither the version nor those benchmark keys is not GuideLLM's."""
+        a first benchmark with GuideLLM's `scheduler_metrics` / `scheduler_state` (0.4 on) or
+        `run_stats` / `request_loader` / `worker` (0.2-0.3, which write no metadata); a document
+        with neither the version nor those benchmark keys is not GuideLLM's."""
         if source.is_folder:
             return None
         objects = _document(source).objects
@@ -380,7 +463,8 @@ class GuideLLM(ResultFormat):
         benchmarks = data.get("benchmarks")
         if isinstance(benchmarks, list):
             first = benchmarks[0] if benchmarks and isinstance(benchmarks[0], dict) else {}
-            seen += [f"benchmarks[0].{k}" for k in ("scheduler_metrics", "scheduler_state") if k in first]
+            seen += [f"benchmarks[0].{k}" for k in ("scheduler_metrics", "scheduler_state", "run_stats",
+                                                     "request_loader", "worker") if k in first]
             if seen:
                 seen.append("benchmarks")
         if not seen:
@@ -400,6 +484,11 @@ class GuideLLM(ResultFormat):
         report = validate(Report, obj)
         if not report.benchmarks:
             raise obj.error(("benchmarks",), "no benchmark in benchmarks[]: GuideLLM recorded no run")
+        for i, b in enumerate(report.benchmarks):
+            if (b.metrics is None or b.metrics.request_totals is None) and b.request_totals is None:
+                keys = ", ".join(list(obj.data["benchmarks"][i])[:10]) or "no key"
+                raise obj.error(("benchmarks", i), f"a GuideLLM layout draftboard does not know (its keys: {keys}); "
+                                                   f"expected one of: {'; '.join(LAYOUTS)}")
         for i in range(len(report.benchmarks)):
             yield import_benchmark(obj, i, report)
 
