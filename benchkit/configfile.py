@@ -15,6 +15,11 @@ the same way:
    str 'two'`, `must be >= 1, got 0`).
 
 Callers raise their own error class from the Problem as `file:line: field: reason`.
+
+`load_yaml` is bounded (issue 31: a 524-byte alias bomb grew to a MemoryError; a 50 MB file took
+400 s): text over MAX_YAML_BYTES is refused before parsing, and YAML anchors and aliases are
+refused where they appear (`YamlRefused`, a yaml.YAMLError, so callers report it as they report a
+syntax error, with its line).
 """
 
 from __future__ import annotations
@@ -43,8 +48,32 @@ class LineList(list):
     lines: list[int]
 
 
+#: Most bytes (UTF-8) of a YAML file `load_yaml` parses: sweep files, engine flags files, the GPU
+#: specification file (the largest here is ~12 KB).
+MAX_YAML_BYTES = 1024 * 1024
+
+
+class YamlRefused(yaml.YAMLError):
+    """YAML that `load_yaml` does not parse: `line` (1-based, or None) and `problem`."""
+
+    def __init__(self, line: int | None, problem: str):
+        super().__init__(problem)
+        self.line = line
+        self.problem = problem
+
+
 class _LineLoader(yaml.SafeLoader):
-    pass
+    def compose_node(self, parent, index):
+        """Refuse an alias (a reference to an anchored node: a few lines of them expand to
+        billions of values) and an anchor, at its line."""
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise YamlRefused(event.start_mark.line + 1, f"YAML alias *{event.anchor}: anchors and aliases are "
+                                                         "not read (write the values out)")
+        if getattr(event, "anchor", None) is not None:
+            raise YamlRefused(event.start_mark.line + 1, f"YAML anchor &{event.anchor}: anchors and aliases are "
+                                                         "not read (write the values out)")
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
@@ -80,12 +109,19 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _co
 
 def load_yaml(text: str) -> Any:
     """Parse YAML text (safe subset) into LineDict / LineList / scalars. Raises yaml.YAMLError
-    (see `yaml_problem`)."""
+    (see `yaml_problem`): YamlRefused for text over MAX_YAML_BYTES (checked before parsing) and
+    for an anchor or alias."""
+    if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        raise YamlRefused(None, f"{size:,} bytes: larger than the {MAX_YAML_BYTES:,} bytes a YAML file may have "
+                                "(split it)")
     return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def yaml_problem(exc: yaml.YAMLError) -> tuple[int | None, str]:
-    """(1-based line or None, problem) of a YAML syntax error."""
+    """(1-based line or None, problem) of a YAML syntax error or a YamlRefused."""
+    if isinstance(exc, YamlRefused):
+        return exc.line, exc.problem
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     return (mark.line + 1 if mark else None), problem

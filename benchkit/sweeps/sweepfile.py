@@ -89,6 +89,7 @@ from pydantic import (
 from benchkit import config_record
 from benchkit.config_record import ConfigField
 from benchkit.configfile import (
+    MAX_YAML_BYTES,
     FieldProblem,
     StrictModel,
     first_problem,
@@ -801,6 +802,9 @@ def load_sweep_file(path: str | Path, variables: dict[str, str] | None = None) -
     file, line and field; a YAML syntax error is reported with its line too."""
     path = Path(path)
     try:
+        if (size := path.stat().st_size) > MAX_YAML_BYTES:  # refused before reading (a 50 MB file took 400 s)
+            raise SweepError(str(path), None, "", f"{size:,} bytes: larger than the {MAX_YAML_BYTES:,} bytes a "
+                                                  "sweep file may have (split the sweep)")
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SweepError(str(path), None, "", f"not UTF-8 text (byte {exc.start}): is this a sweep file?") from None
