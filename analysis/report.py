@@ -129,7 +129,7 @@ def _verdict_words(points: list[Point]) -> str:
     names / 'not computed'."""
     mark = lossless_mark(points)
     if mark:
-        return f"{MARK} {mark.text}"
+        return f"{mark.symbol} {mark.text}"
     verdicts = sorted({p.lossless_verdict for p in points})
     if verdicts == [LOSSLESS]:
         return "lossless"

@@ -445,6 +445,7 @@ class LosslessVerdict(models.TextChoices):
     LOSSLESS = "lossless", "lossless"
     BEYOND_FLOOR = "beyond_floor", "differs beyond the AR noise floor"
     DIFFERS = "differs", "differs from AR (no noise floor)"
+    INCONCLUSIVE = "inconclusive", "inconclusive (too few prompts or repeats)"
     NOT_CHECKED = "not_checked", "not checked"
 
 

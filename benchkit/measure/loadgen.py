@@ -207,7 +207,8 @@ async def _run_in_process(base_url: str, model: str, workload: WorkloadSpec, pro
     n_warm, n_meas = workload.n_warmup, workload.num_prompts
     cap = max(workload.concurrency, 1)
     streams = [
-        RequestStream(RequestLog(index=i, warmup=i < n_warm, send_ns=0, input_len=p.input_len, output_len=p.output_len))
+        RequestStream(RequestLog(index=i, warmup=i < n_warm, send_ns=0, input_len=p.input_len, output_len=p.output_len,
+                                 category=p.category))
         for i, p in enumerate(prompts)
     ]
     done = 0

@@ -110,7 +110,7 @@ def _pack(streams: list[loadclient.RequestStream]) -> list[tuple]:
         (st.log.index, st.log.warmup, st.log.send_ns, st.log.ok, st.log.error, st.log.prompt_tokens,
          st.log.completion_tokens, st.log.tokens_from_text, st.log.input_len, st.log.output_len, st.log.end_ns,
          st.t_ns, st.tokens, bytes(st.kinds), st.log.spec_steps, st.log.spec_draft_tokens,
-         st.log.spec_accepted_tokens, st.log.spec_histogram)
+         st.log.spec_accepted_tokens, st.log.spec_histogram, st.log.category)
         for st in streams
     ]
 
@@ -118,12 +118,12 @@ def _pack(streams: list[loadclient.RequestStream]) -> list[tuple]:
 def _unpack(packed: list[tuple]) -> list[RequestLog]:
     logs = []
     for (index, warmup, send_ns, ok, error, prompt_tokens, completion_tokens, from_text, input_len,
-         output_len, end_ns, ts, toks, kinds, spec_steps, spec_drafts, spec_accepted, spec_hist) in packed:
+         output_len, end_ns, ts, toks, kinds, spec_steps, spec_drafts, spec_accepted, spec_hist, category) in packed:
         log = RequestLog(index=index, warmup=warmup, send_ns=send_ns, ok=ok, error=error,
                          prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                          tokens_from_text=from_text, input_len=input_len, output_len=output_len,
                          end_ns=end_ns, spec_steps=spec_steps, spec_draft_tokens=spec_drafts,
-                         spec_accepted_tokens=spec_accepted, spec_histogram=spec_hist)
+                         spec_accepted_tokens=spec_accepted, spec_histogram=spec_hist, category=category)
         log.set_columns(ts, toks, kinds)  # the unpickled arrays, wrapped: no object per message
         logs.append(log)
     return logs
@@ -233,7 +233,7 @@ async def _work(job: dict, inp: BinaryIO, out: BinaryIO) -> None:
 
     def stream(i: int, p: Prompt, warmup: bool) -> loadclient.RequestStream:
         return loadclient.RequestStream(RequestLog(index=i, warmup=warmup, send_ns=0, input_len=p.input_len,
-                                          output_len=p.output_len))
+                                          output_len=p.output_len, category=p.category))
 
     warm = [(stream(i, p, True), p, None) for i, p in job["warm"]]
     meas = [(stream(i, p, False), p, off) for i, p, off in job["measured"]]

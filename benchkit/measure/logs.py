@@ -16,7 +16,11 @@ header (the per-request columns) and the per-message columns in binary: time del
 message to the send time, later ones to the previous message), token counts and kind codes, each
 in the narrowest little-endian integer type that holds it, byte-shuffled in blocks of
 `_BLOCK_REQUESTS` requests (byte 0 of every value, then byte 1, ...: what zstandard compresses
-best). All integers: the round trip is exact. The older FORMAT_VERSION 1 blobs (zlib over JSON
+best). All integers: the round trip is exact. Each request's prompt category (issue 33) is two
+optional header entries, written only when some request has one: `categories` (the names, in
+first-seen order) and `category` (per request, an index into them); a blob without them (every
+blob written before) decodes with category "" for every request, and a reader that predates them
+ignores them, so the format version stays 2. The older FORMAT_VERSION 1 blobs (zlib over JSON
 columns, `encode_logs_v1`) still decode exactly: `decode_columns` reads both.
 """
 
@@ -27,7 +31,7 @@ import struct
 import warnings
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -99,6 +103,7 @@ class RequestLog:
     request finished (stream closed, error or timeout). `spec_steps`, `spec_draft_tokens`,
     `spec_accepted_tokens`, `spec_histogram`: the engine's per-request speculative-decoding
     figures where it returned them (`benchkit.measure.specrequests`), else None (unknown).
+    `category`: the prompt's dataset category (benchkit.measure.datasets), "" where it has none.
 
     The messages themselves: `ev_t_ns` (int64 ns), `ev_tokens` (int64) and `ev_kind` (int8 code
     into KINDS), one entry per message; `set_columns` sets them without copying. Two logs are
@@ -107,21 +112,22 @@ class RequestLog:
 
     __slots__ = ("index", "warmup", "send_ns", "ok", "error", "prompt_tokens", "completion_tokens",
                  "tokens_from_text", "input_len", "output_len", "end_ns", "spec_steps", "spec_draft_tokens",
-                 "spec_accepted_tokens", "spec_histogram", "ev_t_ns", "ev_tokens", "ev_kind")
-    _FIELDS = __slots__[:15]
+                 "spec_accepted_tokens", "spec_histogram", "category", "ev_t_ns", "ev_tokens", "ev_kind")
+    _FIELDS = __slots__[:16]
 
     def __init__(self, index: int, warmup: bool, send_ns: int, events: list[MessageEvent] | None = None,
                  ok: bool = True, error: str = "", prompt_tokens: int | None = None,
                  completion_tokens: int | None = None, tokens_from_text: bool = False, input_len: int = 0,
                  output_len: int = 0, end_ns: int = 0, spec_steps: int | None = None,
                  spec_draft_tokens: int | None = None, spec_accepted_tokens: int | None = None,
-                 spec_histogram: list[int] | None = None):
+                 spec_histogram: list[int] | None = None, category: str = ""):
         self.index, self.warmup, self.send_ns, self.ok, self.error = index, warmup, send_ns, ok, error
         self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
         self.tokens_from_text = tokens_from_text
         self.input_len, self.output_len, self.end_ns = input_len, output_len, end_ns
         self.spec_steps, self.spec_draft_tokens = spec_steps, spec_draft_tokens
         self.spec_accepted_tokens, self.spec_histogram = spec_accepted_tokens, spec_histogram
+        self.category = category
         self.events = events or []
 
     @property
@@ -171,6 +177,7 @@ class RequestLog:
         return {s: getattr(self, s) for s in self.__slots__}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "category", "")  # a log pickled before the field existed
         for s, v in state.items():
             object.__setattr__(self, s, v)
 
@@ -215,7 +222,17 @@ def _request_doc(logs: list[RequestLog]) -> dict[str, list]:
     }
     if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS):
         doc.update({c: [getattr(log, c) for log in logs] for c in _SPEC_COLUMNS})
+    if any(log.category for log in logs):
+        names, codes = category_codes([log.category for log in logs])
+        doc.update(categories=names, category=codes.tolist())
     return doc
+
+
+def category_codes(categories: list[str]) -> tuple[list[str], np.ndarray]:
+    """(names in first-seen order, int32 index into them per entry) of a list of categories."""
+    index: dict[str, int] = {}
+    codes = np.asarray([index.setdefault(c, len(index)) for c in categories], dtype=np.int32)
+    return list(index), codes
 
 
 def encode_logs_v1(logs: list[RequestLog]) -> bytes:
@@ -228,7 +245,7 @@ def encode_logs_v1(logs: list[RequestLog]) -> bytes:
     `end_dns = end_ns - send_ns`. The `_SPEC_COLUMNS` are written only when some request has a
     value. Builds Python lists of every event: memory grows ~100 bytes per event."""
     doc: dict[str, Any] = {"v": 1, **_request_doc(logs)}
-    spec = {c: doc.pop(c) for c in _SPEC_COLUMNS if c in doc}
+    spec = {c: doc.pop(c) for c in (*_SPEC_COLUMNS, "categories", "category") if c in doc}
     doc["ev_dt_ns"] = [d for log in logs for d in _deltas(log).tolist()]
     doc["ev_tokens"] = [n for log in logs for n in log.ev_tokens.tolist()]
     doc["ev_kind"] = [k for log in logs for k in log.ev_kind.tolist()]
@@ -309,7 +326,8 @@ class LogColumns:
     str), `prompt_tokens` / `completion_tokens` (int64; meaningful where `prompt_known` /
     `completion_known`, the server's `usage` was sent), `tokens_from_text`, `input_len`,
     `output_len`, `end_ns`, `n_events`, `spec` (None, or {spec column: list of values per
-    request}, see `_SPEC_COLUMNS`). Per event (length E, requests concatenated in order,
+    request}, see `_SPEC_COLUMNS`), `category` (None: no request has one; else int32 index per
+    request into `categories`, the names). Per event (length E, requests concatenated in order,
     each request's events in arrival order): `t_ns` (int64, perf_counter_ns), `tokens` (int64)
     and `kind` (int8 code: index into KINDS). The metrics (benchkit.measure.metrics) are computed
     on these columns without building an object per event; `to_logs()` gives the RequestLogs.
@@ -333,9 +351,33 @@ class LogColumns:
     tokens: np.ndarray
     kind: np.ndarray
     spec: dict[str, list] | None = None
+    category: np.ndarray | None = None
+    categories: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def category_names(self) -> list[str]:
+        """Each request's category ("" where none), in list order."""
+        if self.category is None:
+            return [""] * len(self.index)
+        return [self.categories[int(c)] for c in self.category]
+
+    def select(self, mask: np.ndarray) -> LogColumns:
+        """The LogColumns of the requests where boolean `mask` (length R) is True, in list order
+        (message columns copied for those requests)."""
+        mask = np.asarray(mask, dtype=bool)
+        keep = np.flatnonzero(mask)
+        ev = np.repeat(mask, self.n_events)
+        return LogColumns(
+            index=self.index[keep], warmup=self.warmup[keep], send_ns=self.send_ns[keep], ok=self.ok[keep],
+            error=[self.error[i] for i in keep.tolist()], prompt_tokens=self.prompt_tokens[keep],
+            prompt_known=self.prompt_known[keep], completion_tokens=self.completion_tokens[keep],
+            completion_known=self.completion_known[keep], tokens_from_text=self.tokens_from_text[keep],
+            input_len=self.input_len[keep], output_len=self.output_len[keep], end_ns=self.end_ns[keep],
+            n_events=self.n_events[keep], t_ns=self.t_ns[ev], tokens=self.tokens[ev], kind=self.kind[ev],
+            spec={c: [v[i] for i in keep.tolist()] for c, v in self.spec.items()} if self.spec else None,
+            category=None if self.category is None else self.category[keep], categories=list(self.categories))
 
     def slice(self, a: int, b: int) -> LogColumns:
         """The LogColumns of requests [a, b) (per-event columns are views, no copy)."""
@@ -349,12 +391,14 @@ class LogColumns:
             tokens_from_text=self.tokens_from_text[a:b], input_len=self.input_len[a:b],
             output_len=self.output_len[a:b], end_ns=self.end_ns[a:b], n_events=self.n_events[a:b],
             t_ns=self.t_ns[e0:e1], tokens=self.tokens[e0:e1], kind=self.kind[e0:e1],
-            spec={c: v[a:b] for c, v in self.spec.items()} if self.spec else None)
+            spec={c: v[a:b] for c, v in self.spec.items()} if self.spec else None,
+            category=None if self.category is None else self.category[a:b], categories=list(self.categories))
 
     def to_logs(self) -> list[RequestLog]:
         """The same logs as RequestLog objects (the inverse of `columns_of`); each log's message
         columns are views into this object's arrays (no object per message)."""
         ends = np.cumsum(self.n_events).tolist()
+        names = self.category_names()
         logs, pos = [], 0
         for i, end in enumerate(ends):
             log = RequestLog(
@@ -364,7 +408,7 @@ class LogColumns:
                 completion_tokens=int(self.completion_tokens[i]) if self.completion_known[i] else None,
                 tokens_from_text=bool(self.tokens_from_text[i]), input_len=int(self.input_len[i]),
                 output_len=int(self.output_len[i]), end_ns=int(self.end_ns[i]),
-                **({c: self.spec[c][i] for c in _SPEC_COLUMNS} if self.spec else {}))
+                **({c: self.spec[c][i] for c in _SPEC_COLUMNS} if self.spec else {}), category=names[i])
             log.ev_t_ns, log.ev_tokens, log.ev_kind = self.t_ns[pos:end], self.tokens[pos:end], self.kind[pos:end]
             pos = end
             logs.append(log)
@@ -390,6 +434,8 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
     """The LogColumns of `logs` (the message columns concatenated; no object per message)."""
     prompt, prompt_known = _optional([log.prompt_tokens for log in logs])
     completion, completion_known = _optional([log.completion_tokens for log in logs])
+    names, codes = category_codes([log.category for log in logs])
+    has_category = any(names)
     return LogColumns(
         index=_i64([log.index for log in logs]), warmup=np.asarray([log.warmup for log in logs], dtype=bool),
         send_ns=_i64([log.send_ns for log in logs]), ok=np.asarray([log.ok for log in logs], dtype=bool),
@@ -402,7 +448,8 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
         tokens=_concat([log.ev_tokens for log in logs], _EMPTY_I64),
         kind=_concat([log.ev_kind for log in logs], _EMPTY_I8),
         spec=({c: [getattr(log, c) for log in logs] for c in _SPEC_COLUMNS}
-              if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS) else None))
+              if any(getattr(log, c) is not None for log in logs for c in _SPEC_COLUMNS) else None),
+        category=codes if has_category else None, categories=names if has_category else [])
 
 
 def _parse_v1(data: bytes) -> dict[str, Any]:
@@ -553,13 +600,21 @@ def _request_part(doc: dict[str, Any]) -> dict[str, Any]:
         if bad:
             raise ValueError(f"request logs: column(s) {', '.join(bad)} missing or not {n} entries")
         spec = {c: doc[c] for c in _SPEC_COLUMNS}
+    category, categories = None, []
+    if "category" in doc or "categories" in doc:
+        names, codes = doc.get("categories"), doc.get("category")
+        if (not isinstance(names, list) or not all(isinstance(x, str) for x in names) or not isinstance(codes, list)
+                or len(codes) != n or not all(type(x) is int and 0 <= x < len(names) for x in codes)):
+            raise ValueError(f"request logs: bad category columns (names {str(names)[:80]}, {n} index(es) into them "
+                             "expected)")
+        category, categories = np.asarray(codes, dtype=np.int32), list(names)
     return dict(
         index=_i64(doc["index"]), warmup=np.asarray(doc["warmup"], dtype=bool), send_ns=send,
         ok=np.asarray(doc["ok"], dtype=bool), error=list(doc["error"]), prompt_tokens=prompt,
         prompt_known=prompt_known, completion_tokens=completion, completion_known=completion_known,
         tokens_from_text=np.asarray(doc["tokens_from_text"], dtype=bool), input_len=_i64(doc["input_len"]),
         output_len=_i64(doc["output_len"]), end_ns=send + _i64(doc["end_dns"]), n_events=_i64(doc["n_events"]),
-        spec=spec)
+        spec=spec, category=category, categories=categories)
 
 
 def _check_kinds(kinds: np.ndarray, n_events: Any, offset: int = 0) -> None:
@@ -614,8 +669,15 @@ def _spans(counts: Any, max_events: int) -> list[tuple[int, int]]:
 
 def _request_slice(req: dict[str, Any], a: int, b: int) -> dict[str, Any]:
     """Requests [a, b) of `_request_part`'s fields."""
-    return {f: (v[a:b] if f != "spec" else ({c: x[a:b] for c, x in v.items()} if v else None))
-            for f, v in req.items()}
+    out = {}
+    for f, v in req.items():
+        if f == "spec":
+            out[f] = {c: x[a:b] for c, x in v.items()} if v else None
+        elif f == "categories":
+            out[f] = list(v)
+        else:
+            out[f] = None if v is None else v[a:b]
+    return out
 
 
 class LogChunks:

@@ -1,5 +1,7 @@
 """Build the prompts a run sends: `random` (exact lengths in the server's tokens), `sharegpt`
-and `jsonl` datasets.
+and `jsonl` datasets, and the categorized kinds of `benchkit.measure.datasets` (`speed_bench`,
+`mt_bench`, `spec_bench`; `jsonl` with an optional `category`): each prompt keeps its category,
+which the load client copies into its request's log (`RequestLog.category`).
 
 Exact input lengths come from the server's own tokenizer through vLLM's endpoints
 (`vllm/entrypoints/serve/tokenize/protocol.py`):
@@ -28,6 +30,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchkit.measure import datasets
 from benchkit.specs import WorkloadSpec
 
 #: Text whose tokens seed the random-token pool (any varied text works; it only has to
@@ -61,12 +64,14 @@ class NoTokenizerEndpoint(Exception):
 class Prompt:
     """One prompt: `text`, `input_len` (tokens, in the server's tokenizer incl. special tokens
     unless `approx`), `output_len` (tokens requested, sent as max_tokens) and `approx` (True
-    when `input_len` is a local approximation because the server has no tokenizer endpoint)."""
+    when `input_len` is a local approximation because the server has no tokenizer endpoint),
+    `category` (the dataset's category of the prompt, "" where it has none)."""
 
     text: str
     input_len: int
     output_len: int
     approx: bool = False
+    category: str = ""
 
 
 class TokenizerClient:
@@ -223,11 +228,17 @@ def load_sharegpt(path: str | Path) -> list[str]:
 
 
 def load_jsonl(path: str | Path) -> list[tuple[str, int | None]]:
-    """(prompt, output_len or None) per line of a JSON-lines file, in file order.
+    """(prompt, output_len or None) per line of a JSON-lines file, in file order (`load_jsonl_rows`
+    without the categories)."""
+    return [(prompt, out) for prompt, out, _ in load_jsonl_rows(path)]
 
-    Each non-blank line is {"prompt": str, "output_len": int >= 1 (optional)}. Raises
-    WorkloadError naming the file and 1-based line for bad JSON, a missing/empty prompt or a bad
-    output_len.
+
+def load_jsonl_rows(path: str | Path) -> list[tuple[str, int | None, str]]:
+    """(prompt, output_len or None, category or "") per line of a JSON-lines file, in file order.
+
+    Each non-blank line is {"prompt": str, "output_len": int >= 1 (optional), "category":
+    non-empty str (optional)}. Raises WorkloadError naming the file and 1-based line for bad
+    JSON, a missing/empty prompt, a bad output_len or an empty category.
     """
     p = Path(path)
     try:
@@ -250,7 +261,10 @@ def load_jsonl(path: str | Path) -> list[tuple[str, int | None]]:
         out = obj.get("output_len")
         if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
             raise WorkloadError(f"{p}:{lineno}: field 'output_len' must be an integer >= 1, got {out!r}")
-        rows.append((prompt, out))
+        cat = obj.get("category", "")
+        if "category" in obj and (not isinstance(cat, str) or not cat.strip()):
+            raise WorkloadError(f"{p}:{lineno}: field 'category' must be a non-empty string, got {cat!r}")
+        rows.append((prompt, out, cat))
     return rows
 
 
@@ -267,7 +281,9 @@ def build_prompts(
     `random`: exact `workload.input_len` server tokens (see `random_prompts`). `sharegpt`: the
     first human turns of `workload.dataset_path`, shuffled with `workload.seed`, the first
     `count` taken. `jsonl`: the file's prompts in file order, the first `count` taken; a line's
-    `output_len` overrides `workload.output_len`. Input lengths come from the server's
+    `output_len` overrides `workload.output_len`. `speed_bench`, `mt_bench`, `spec_bench` (and
+    `jsonl` when the workload names categories or a per-category count): `categorized_rows`;
+    every prompt carries its category. Input lengths come from the server's
     /tokenize at `base_url` when it has one; otherwise (or with base_url None) they are
     approximated and flagged. Raises WorkloadError for an unknown dataset, a bad file, or a
     dataset with fewer than `count` usable prompts.
@@ -283,18 +299,47 @@ def build_prompts(
             tok.close()
 
 
+def categorized_rows(workload: WorkloadSpec, n: int) -> list[tuple[str, int | None, str]]:
+    """(text, output_len or None, category) of the `n` prompts of a categorized workload
+    (`datasets.CATEGORIZED_KINDS`; `jsonl` only when the workload names categories or a
+    per-category count): warmup prompts first (`datasets.with_warmup`: outside the measured
+    sample), then the measured selection (`datasets.load_prompts`). Needs no server. Raises
+    WorkloadError (`file:line: field: reason`) for a bad file or too few prompts."""
+    opts = datasets.DatasetOptions.of_workload(workload)
+    n_warm = min(workload.n_warmup, n)
+    try:
+        every = datasets.read_dataset(workload.dataset, workload.dataset_path, opts)
+        chosen = datasets.select_prompts(every, opts, str(workload.dataset_path))
+        if opts.per_category is not None:
+            measured = chosen[:n - n_warm]
+            if len(measured) < n - n_warm:
+                raise datasets.DatasetError(
+                    str(workload.dataset_path), None, "",
+                    f"{len(chosen)} prompt(s) sampled ({opts.per_category} per category), the run measures "
+                    f"{n - n_warm}")
+            pool = [p for p in every if not opts.categories or p.category in opts.categories]
+            chosen = datasets.with_warmup(pool, measured, n_warm, str(workload.dataset_path))
+    except (datasets.DatasetError, ValueError) as exc:
+        raise WorkloadError(str(exc)) from exc
+    return [(p.text, p.output_len, p.category) for p in chosen]
+
+
 def _build(workload: WorkloadSpec, n: int, tok: TokenizerClient | None) -> list[Prompt]:
     if workload.dataset == "random":
         return random_prompts(n, workload.input_len, workload.output_len, workload.seed, tok)
+    opts = datasets.DatasetOptions.of_workload(workload)
     if workload.dataset == "sharegpt":
         texts = load_sharegpt(workload.dataset_path)
         order = np.random.default_rng(workload.seed).permutation(len(texts))
-        rows = [(texts[i], None) for i in order]
-    elif workload.dataset == "jsonl":
-        rows = load_jsonl(workload.dataset_path)
+        rows = [(texts[i], None, "") for i in order]
+    elif workload.dataset == "jsonl" and not (opts.categories or opts.per_category):
+        rows = load_jsonl_rows(workload.dataset_path)
+    elif workload.dataset in datasets.CATEGORIZED_KINDS:
+        rows = categorized_rows(workload, n)
     else:
         raise WorkloadError(
-            f"workload: unknown dataset {workload.dataset!r} (expected random, sharegpt or jsonl)"
+            f"workload: unknown dataset {workload.dataset!r} (expected random, sharegpt, "
+            f"{', '.join(datasets.CATEGORIZED_KINDS)})"
         )
     if len(rows) < n:
         raise WorkloadError(
@@ -302,7 +347,7 @@ def _build(workload: WorkloadSpec, n: int, tok: TokenizerClient | None) -> list[
             f"(warmup + num_prompts; prompts are not reused, so the prefix cache stays cold)"
         )
     prompts = []
-    for text, out in rows[:n]:
+    for text, out, category in rows[:n]:
         length, approx = _count(tok, text)
-        prompts.append(Prompt(text, length, out or workload.output_len, approx=approx))
+        prompts.append(Prompt(text, length, out or workload.output_len, approx=approx, category=category))
     return prompts
