@@ -198,3 +198,15 @@ def test_the_admin_form_shows_each_refusal_as_a_form_error_and_stores_nothing(cl
     page = resp.content.decode()
     assert "admin YAML:7: grid.tp[2]: host h200: TP4 needs 4 GPUs; the host has 2 GPUs [0, 1]" in page
     assert nothing_starts() == before
+
+
+@pytest.mark.parametrize("name", ["vllm-bench-serve-full.json", "sglang-bench-serving.jsonl"])
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_result_file_given_to_start_sweep_points_to_import_results(name, dry):
+    """Issue 31: a result file was refused as a sweep file ("name: missing (required)")."""
+    path = Path(__file__).parent / "fixtures" / "results" / name
+    with pytest.raises(CommandError) as exc:
+        call_command("start_sweep", str(path), *(["--dry-run"] if dry else []), "--no-enqueue")
+    assert f"{path} is a " in str(exc.value) and "result file, not a sweep file" in str(exc.value)
+    assert f"manage.py import_results {path}" in str(exc.value) and "missing (required)" not in str(exc.value)
+    assert Sweep.objects.count() == 0

@@ -10,6 +10,9 @@ nothing is stored and the same errors are printed."""
 
 from django.core.management.base import BaseCommand, CommandError
 
+from benchkit.formats.base import Source
+from benchkit.formats.errors import ResultFileError
+from benchkit.formats.registry import detect
 from benchkit.hosts.allocation import AllocationError
 from benchkit.sweeps.dryrun import format_plan
 from benchkit.sweeps.sweepfile import PointsRefused, SweepError, load_sweep_file, parse_variables
@@ -53,8 +56,22 @@ class Command(BaseCommand):
             n = exc.n_runs
             raise CommandError(f"{exc}\n{n} run{'s' if n != 1 else ''} refused: host {hosts} cannot hold "
                                f"{'them' if n != 1 else 'it'}; nothing was stored") from None
-        except (SweepError, AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:
+        except SweepError as exc:
+            raise CommandError(_result_file_hint(opts["path"]) or str(exc)) from None
+        except (AllocationError, HostNameError, BrokerUnavailable, ValueError) as exc:
             raise CommandError(str(exc)) from None
         queues = sorted({f"host.{name}" for name in sweep.runs.values_list("host__name", flat=True)})
         self.stdout.write(f"sweep {sweep.pk} '{sweep.name}': {sweep.runs.count()} runs "
                           f"{'stored' if opts['no_enqueue'] else 'queued on ' + ', '.join(queues)}")
+
+
+def _result_file_hint(path: str) -> str | None:
+    """For a sweep file that does not load: when it is a benchmark tool's result file (the format
+    registry recognises it: vLLM, SGLang, GuideLLM, AIPerf, ...), the sentence that points to
+    `manage.py import_results`; None otherwise (the sweep file's own error stands)."""
+    try:
+        _, recognition = detect(Source(path))
+    except (ResultFileError, OSError):
+        return None
+    return (f"{path} is a {recognition.tool} result file, not a sweep file: import it with "
+            f"`manage.py import_results {path}` (start_sweep runs a sweep file: name, grid, ...)")
