@@ -41,6 +41,7 @@ def manage(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.postgres(reason="production runs on PostgreSQL: check --deploy with its DATABASE_URL inherited")
 def test_check_deploy_is_clean_with_production_env(tmp_path):
     proc = manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
     assert proc.returncode == 0, proc.stderr
