@@ -43,3 +43,28 @@ def test_admin_form_refuses(client, django_user_model, text, message):
     resp = client.post("/admin/runs/sweep/create-from-yaml/", {"grid": text})
     assert resp.status_code == 200 and not Sweep.objects.exists()
     assert message in resp.content.decode()
+
+
+GRID = "name: x\nengine: vllm\nmodel: m\ngrid: {methods: [auto], concurrency: [1, 2, 3, 4, 5]}\nrepeats: 2000001\n"
+GRID_MESSAGE = ":4: grid: grid expands to 10,000,005 runs (concurrency 5 x repeats 2,000,001); the limit is 10,000"
+
+
+def test_grid_point_count_refused_before_expansion(tmp_path, client, django_user_model, monkeypatch):
+    """10^7 points reached 12.9 GB in `start_sweep --dry-run`: the count is refused from the parsed
+    grid, and nothing is expanded (expand raises if called)."""
+    from benchkit.sweeps import sweepfile
+
+    def never(*a, **k):
+        raise AssertionError("expanded")
+
+    monkeypatch.setattr(sweepfile.SweepSpec, "expand", never)
+    monkeypatch.setattr(sweepfile.SweepFile, "variants", never)
+    path = tmp_path / "s.yaml"
+    path.write_text(GRID)
+    for args in ((), ("--dry-run",)):
+        with pytest.raises(CommandError, match=GRID_MESSAGE.replace("(", r"\(").replace(")", r"\)")):
+            call_command("start_sweep", str(path), *args)
+    client.force_login(django_user_model.objects.create_superuser("root", "r@x.org", "pw"))
+    resp = client.post("/admin/runs/sweep/create-from-yaml/", {"grid": GRID})
+    assert resp.status_code == 200 and "admin YAML" + GRID_MESSAGE in resp.content.decode()
+    assert not Sweep.objects.exists() and not Run.objects.exists()

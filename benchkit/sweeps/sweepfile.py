@@ -110,6 +110,8 @@ from benchkit.methods import METHODS, MethodError, MethodName, check_method, met
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 from benchkit.sweeps.twins import DEFAULT_NIGHTS, TwinRequest
 
+#: Most runs one sweep file may expand to (SweepFile._check_size, checked before expansion).
+MAX_SWEEP_RUNS = 10_000
 #: Workload fields a grid may list as axes (else one value, from `workload:` or the default).
 GRID_AXES = ("concurrency", "output_len", "input_len")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -395,6 +397,7 @@ class SweepFile(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepFile:
+        self._check_size()
         if not is_launched(self.engine) and not self.server.endpoint_url:
             raise FieldProblem(("server", "endpoint_url"), f"engine {self.engine!r} needs the URL of a running server")
         for axis in GRID_AXES:
@@ -425,6 +428,23 @@ class SweepFile(StrictModel):
             if len(indices) != tp:
                 raise FieldProblem(("gpus", tp), f"TP {tp} needs {tp} distinct GPU indices, got {indices}")
         return self
+
+    def _check_size(self) -> None:
+        """Refuse a grid of more than MAX_SWEEP_RUNS runs before anything is expanded: the
+        product of the axis lengths, the method variants (k values x tree budgets per entry),
+        `repeats` and the hosts (10^7 points reached 12.9 GB in `start_sweep --dry-run`)."""
+        g = self.grid
+        variants = sum(len(e.num_speculative_tokens or [None]) * len(e.tree_budget or [None]) for e in g.methods)
+        factors = {"tp": len(g.tp), "method variants": variants,
+                   **{axis: len(getattr(g, axis) or [None]) for axis in GRID_AXES},
+                   "repeats": self.repeats, "hosts": len(self.hosts or [None])}
+        n = 1
+        for f in factors.values():
+            n *= f
+        if n > MAX_SWEEP_RUNS:
+            shown = " x ".join(f"{k} {v:,}" for k, v in factors.items() if v != 1)
+            raise FieldProblem("grid", f"grid expands to {n:,} runs ({shown}); the limit is {MAX_SWEEP_RUNS:,} "
+                                       "(split the sweep)")
 
     def _check_variant(self, i: int, v: MethodVariant) -> None:
         """The method table's rule for variant `v` of entry `i` (a sweep-wide prefix_caching
