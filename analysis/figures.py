@@ -426,7 +426,7 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
         return empty(title, "No spec-decode counters and no client tokens-per-chunk in these runs: acceptance length "
                             "unknown.")
     if speedups is None:
-        speedups = compute_speedups(sel, figures=(DECODE,), ci=False)
+        speedups = compute_speedups(sel, figures=(DECODE,))
     cells = {k: sp for k, sp in cell_speedups(sp for sp in speedups if DECODE.name in sp.ratios).items()
              if k[:2] == (conc, out_len)}
     tps = sorted({p.tp for p in spec})
@@ -436,6 +436,7 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
     data, annotations, said = [], [], []
     any_counters = any(p.acceptance_length is not None for p in spec)
     any_ar = False
+    by_run = {p.run_id: p for p in points}
     for r, tp in enumerate(tps):
         (xl, yl), (xr, yr) = refs[r]
         by_label: dict[str, list[Point]] = defaultdict(list)
@@ -467,7 +468,9 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
                          f"{_fmt(cost, '.2f')} = decode speedup {dec:.2f}×" if cost is not None
                          else f"{lab} · TP{tp}<br>no matched auto run or no TPOT: cost unknown")
         any_ar = any_ar or any(c is not None for c in costs)
-        said.append(_verdict(tp, xs, tau_s, tau_c, costs, decodes))
+        said.append(_verdict(tp, xs, tau_s, tau_c, costs,
+                             [sp for (c, o, _, t), sp in cells.items() if (c, o, t) == (conc, out_len, tp)],
+                             by_run))
         data.append({"type": "bar", "x": xs, "y": costs, "marker": {"color": [colours[lab] for lab in xs]},
                      "name": "relative step cost", "showlegend": False, "xaxis": xr, "yaxis": yr,
                      "hovertext": hover, "hoverinfo": "text", "customdata": runs,
@@ -505,23 +508,29 @@ def decomposition_figure(points: list[Point], speedups: Iterable[Speedup] | None
                                  **layout), title, subtitle + _why_caption(said) + excluded_note)
 
 
-def _verdict(tp: int, labels: list[str], tau_s: list, tau_c: list, costs: list, decodes: list) -> str:
-    """One sentence for a TP degree: which configuration accepts the most, which one has the
-    highest decode speedup (= tau / relative cost, the heatmap's decode speedup), and why they
-    differ. '' when there is nothing to compare."""
-    rows = [(lab, s if s is not None else c, cost, dec)
-            for lab, s, c, cost, dec in zip(labels, tau_s, tau_c, costs, decodes, strict=True)
-            if (s if s is not None else c) is not None and cost and dec]
+def _verdict(tp: int, labels: list[str], tau_s: list, tau_c: list, costs: list, speedups: list[Speedup],
+             points_by_run: dict[int, Point]) -> str:
+    """One sentence for a TP degree: which configuration accepts the most, and which one is
+    fastest by the decode speedup (= tau / relative cost, the heatmap's decode speedup) only as
+    benchkit.compare.verdicts.verdict says (separated 95 % intervals, the lossless mark kept);
+    otherwise the verdict's own sentence (a tie within noise, or too few repeats). '' when there
+    is nothing to compare."""
+    rows = [(lab, s if s is not None else c, cost)
+            for lab, s, c, cost in zip(labels, tau_s, tau_c, costs, strict=True)
+            if (s if s is not None else c) is not None and cost]
     if len(rows) < 2:
         return ""
     most = max(rows, key=lambda r: r[1])
-    fastest = max(rows, key=lambda r: r[3])
-    if most[0] == fastest[0]:
-        return (f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) and has the highest decode speedup "
-                f"({most[3]:.2f}×).")
-    return (f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f}) but one of its steps costs {most[2]:.2f}× an "
-            f"autoregressive step, so {fastest[0]} (τ {fastest[1]:.2f} at {fastest[2]:.2f}×: decode speedup "
-            f"{fastest[3]:.2f}×) is faster.")
+    v = verdicts.verdict(speedups, DECODE, points_by_run)
+    lead = f"TP{tp}: {most[0]} accepts the most (τ {most[1]:.2f})"
+    if v.kind == verdicts.NONE:
+        return lead + "."
+    if v.winner is None:
+        return f"{lead}; by the decode speedup, {v.sentence}."
+    w = v.winner
+    if w.label == most[0]:
+        return f"{lead} and {v.sentence}."
+    return f"{lead} but one of its steps costs {most[2]:.2f}× an autoregressive step, so {v.sentence}."
 
 
 def _why_caption(verdicts: list[str]) -> str:
@@ -607,7 +616,7 @@ def tp_scaling_figure(points: list[Point], y: str = "output_tok_s",
         subtitle += (f"; {len(missing)} run{'s' if len(missing) > 1 else ''} without {axis} left out ({why}), "
                      f"run{'s' if len(missing) > 1 else ''} {_ids(p.run_id for p in missing)}")
     if y in ("output_tok_s", "output_tok_s_per_gpu"):
-        subtitle += ". " + " ".join(_fastest_tp(data, conc) for conc in panels)
+        subtitle += ". " + " ".join(_fastest_tp(sel, field, conc) for conc in panels)
     else:
         subtitle += "; lower is better."
     return _figure(data, _layout(400, annotations=annotations, **layout), title, subtitle)
@@ -623,22 +632,35 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def _fastest_tp(traces: list[dict[str, Any]], conc: int) -> str:
-    """'Concurrency 1: fastest at TP4 for all 6 configurations.' (or per TP degree when they
-    differ), from the TP-scaling traces of that panel."""
-    by_tp: dict[str, list[str]] = defaultdict(list)
-    for t in traces:
-        if t["meta"]["concurrency"] != conc:
+def _fastest_tp(sel: list[Point], field: str, conc: int | None) -> str:
+    """Per configuration at concurrency `conc`, the TP degree with the highest median `field`,
+    named only where benchkit.compare.verdicts.separated says its repeats beat the next TP
+    degree's beyond noise, e.g. "Concurrency 1: fastest at TP4 (separated from the next TP over
+    repeats) for all 6 configurations." or "...: TP degrees tie within noise for ngram k=4;
+    fewer than 3 repeats, no verdict, for auto." (the points drawn in that panel)."""
+    by_label: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for p in sel:
+        v = getattr(p, field)
+        if p.concurrency == conc and v is not None:
+            by_label[p.label][p.tp].append(v)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for lab in ordered_labels(p for p in sel if p.label in by_label):
+        ranked = sorted(by_label[lab].items(), key=lambda kv: -median(kv[1]))
+        if len(ranked) < 2:
             continue
-        known = [(y, x) for x, y in zip(t["x"], t["y"], strict=True) if y is not None]
-        if known:
-            by_tp[max(known)[1]].append(t["name"])
-    total = sum(len(v) for v in by_tp.values())
-    if len(by_tp) == 1:
-        (tp, _), = by_tp.items()
-        return f"Concurrency {shown(conc)}: fastest at {tp} for all {total} configurations."
-    parts = [f"{tp} for {', '.join(names)}" for tp, names in sorted(by_tp.items(), key=lambda kv: -len(kv[1]))]
-    return f"Concurrency {shown(conc)}: fastest at " + "; ".join(parts) + "."
+        sep = verdicts.separated(ranked[0][1], ranked[1][1])
+        key = (f"fastest at TP{ranked[0][0]} (separated from the next TP over repeats)" if sep
+               else "TP degrees tie within noise" if sep is not None
+               else f"fewer than {MIN_REPEATS_FOR_CI} repeats per TP degree, no verdict,")
+        groups[key].append(lab)
+    if not groups:
+        return ""
+    total = sum(len(v) for v in groups.values())
+    if len(groups) == 1:
+        (key, _), = groups.items()
+        return f"Concurrency {shown(conc)}: {key.rstrip(',')} for all {total} configurations."
+    parts = [f"{key} for {', '.join(names)}" for key, names in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    return f"Concurrency {shown(conc)}: " + "; ".join(parts) + "."
 
 
 # --------------------------------------------------------------------------------------------

@@ -193,13 +193,14 @@ def format_entry(entry: PanelEntry) -> str:
              "marks"]
     for r in entry_rows(entry):
         marks = [m for m, on in (("OUTSIDE interval", r["outside_interval"]), ("extrapolated", r["extrapolated"]),
-                                 ("ties best", r["overlaps_best"])) if on]
+                                 ("ties the top row within noise", r["overlaps_best"])) if on]
         meas = f"{r['measured_speedup']:.2f}" if r["measured_speedup"] is not None else "-"
         lines.append(f"{r['label']:<16}{r['verified_tokens_per_step']:>6}{r['tau']:>7.2f}{r['relative_cost']:>7.2f}"
                      f"{r['speedup']:>9.2f}  {r['interval']:<16}{meas:>9}  {', '.join(marks)}")
     if entry.rec.best.extrapolated:
         b = entry.rec.best_within_range
-        lines.append(f"best within what was measured: {b.label} {b.speedup.value:.2f} {_interval(b.speedup)}")
+        lines.append("top prediction within what was measured (a prediction, not a verdict): "
+                     f"{b.label} {b.speedup.value:.2f} {_interval(b.speedup)}")
     lines += [f"note: {n}" for n in entry.notes]
     return "\n".join(lines)
 
