@@ -11,7 +11,9 @@ benchkit.execution.bundle.tar_bundle), `Content-Type: application/gzip`, and the
 - 401: no token; 403: unknown or revoked token, or a bundle of another host (nothing stored);
 - 411: no Content-Length (a chunked upload, `Transfer-Encoding: chunked`): not accepted, since
   the WSGI server hands Django no body without one; send the length (curl --data-binary does);
-- 413: body larger than settings.DRAFTBOARD_INGEST_MAX_BYTES.
+- 413: body larger than settings.DRAFTBOARD_INGEST_MAX_BYTES, or a bundle that decompresses to
+  more than benchkit.execution.bundle.MAX_BUNDLE_BYTES (1 GiB; one of its files to more than
+  MAX_FILE_BYTES, 256 MiB), counted as it is decompressed, reading stopped there (nothing stored).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from benchkit.execution.bundle import BundleError, open_bundle_tar
+from benchkit.execution.bundle import BundleError, BundleTooLarge, open_bundle_tar
 from runs.services.ingest import IngestRefused, authenticate, ingest_bundle
 
 _CHUNK = 1024 * 1024
@@ -61,6 +63,8 @@ def ingest(request):
         try:
             bundle = open_bundle_tar(body)
             report = ingest_bundle(bundle, token=host_token)
+        except BundleTooLarge as exc:
+            return JsonResponse({"error": f"{exc} (nothing stored)", "limit_bytes": exc.limit}, status=413)
         except BundleError as exc:
             return JsonResponse({"error": f"{exc} (nothing stored)"}, status=400)
         except IngestRefused as exc:

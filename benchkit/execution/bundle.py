@@ -35,12 +35,14 @@ bundle refuses it by its version, never half-reads it.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
 import os
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,16 +54,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from benchkit.execution.outcome import RunOutcome, first_error
 from benchkit.hosts import HOST_NAME_PATTERN
+from benchkit.inflate import MAX_INFLATED_BYTES, InflateLimitError, LimitedReader, human_bytes
 from benchkit.specs import RunSpec
 
 #: The bundle layout this code writes; it also reads versions 1 to 3 (see the module docstring).
 BUNDLE_FORMAT_VERSION = 4
 BUNDLE_FORMAT = "draftboard-bundle"
 MANIFEST = "manifest.json"
-#: Most bytes one bundle file may have when read (a run's request logs are zlib-compressed).
+#: Most bytes one bundle file may have when read (a run's request logs are zlib-compressed); in a
+#: tar.gz bundle, bytes actually decompressed (open_bundle_tar).
 MAX_FILE_BYTES = 256 * 1024 * 1024
-#: Most bytes of a whole tar.gz bundle, uncompressed (bounded work for an upload).
-MAX_BUNDLE_BYTES = 1024 * 1024 * 1024
+#: Most bytes a whole tar.gz bundle may decompress to (1 GiB; bytes actually decompressed, tar
+#: headers and ignored members included, never the sizes the headers claim): bounded work and
+#: memory for an upload (open_bundle_tar; the ingest API answers 413 beyond it).
+MAX_BUNDLE_BYTES = MAX_INFLATED_BYTES
 
 
 class BundleError(ValueError):
@@ -324,15 +330,41 @@ def open_bundle(folder: str | Path) -> Bundle:
     return Bundle(_manifest(data), read, str(folder))
 
 
-def open_bundle_tar(fileobj: io.BufferedIOBase | io.BytesIO, max_bytes: int = MAX_BUNDLE_BYTES) -> Bundle:
+class BundleTooLarge(BundleError):
+    """A tar.gz bundle that decompresses to more than its limit (the whole archive beyond
+    MAX_BUNDLE_BYTES, or one run file or the manifest beyond MAX_FILE_BYTES), counted in bytes
+    actually decompressed; `limit` is the limit in bytes. The ingest API answers 413."""
+
+    def __init__(self, file: str, reason: str, limit: int):
+        self.limit = limit
+        super().__init__(file, reason)
+
+
+_COPY_CHUNK = 1024 * 1024
+#: Kept files of an uploaded bundle are held in memory up to this many bytes, then on disk.
+_SPOOL_IN_MEMORY = 16 * 1024 * 1024
+
+
+def open_bundle_tar(fileobj: io.BufferedIOBase | io.BytesIO, max_bytes: int = MAX_BUNDLE_BYTES,
+                    max_file_bytes: int = MAX_FILE_BYTES) -> Bundle:
     """Open a bundle sent as a tar.gz of its folder (`tar czf b.tgz -C bundle .`; a single top
-    folder inside is also accepted). Only manifest.json and runs/*.json are read (regular files;
-    links and other entries are ignored), at most `max_bytes` uncompressed. Raises BundleError
-    (`<archive>`) for an archive that is not a readable tar.gz or is truncated."""
-    files: dict[str, bytes] = {}
-    total = 0
+    folder inside is also accepted). Only manifest.json and runs/*.json are kept (regular files;
+    links and other entries are ignored).
+
+    Streamed and bounded: the gzip stream is decompressed as the tar is read (tar stream mode),
+    and every decompressed byte counts, headers and ignored members included (never the sizes the
+    tar headers claim): past `max_bytes` (MAX_BUNDLE_BYTES, 1 GiB) reading stops and
+    BundleTooLarge is raised; a kept file of more than `max_file_bytes` (MAX_FILE_BYTES, 256 MiB)
+    likewise. Kept files are copied in 1 MiB pieces to a temporary file (in memory up to 16 MiB,
+    then on disk), so memory stays small whatever the archive holds; the Bundle reads them back
+    one at a time. Raises BundleError (`<archive>`) for an archive that is not a readable tar.gz
+    or is truncated."""
+    spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)  # noqa: SIM115 (the Bundle's reader owns it)
+    where: dict[str, tuple[int, int]] = {}
     try:
-        with tarfile.open(fileobj=fileobj, mode="r:gz") as tar:
+        gz = gzip.GzipFile(fileobj=fileobj, mode="rb")
+        stream = LimitedReader(gz, "<archive>", max_bytes, "MAX_BUNDLE_BYTES")
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=_COPY_CHUNK) as tar:
             for member in tar:
                 if not member.isfile():
                     continue
@@ -342,18 +374,36 @@ def open_bundle_tar(fileobj: io.BufferedIOBase | io.BytesIO, max_bytes: int = MA
                 name = "/".join(parts)
                 if name != MANIFEST and not (len(parts) == 2 and parts[0] == "runs" and parts[1].endswith(".json")):
                     continue
-                total += member.size
-                if total > max_bytes:
-                    raise BundleError("<archive>", f"more than {max_bytes} bytes uncompressed")
                 f = tar.extractfile(member)
-                files[name] = f.read() if f is not None else b""
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+                start = spool.seek(0, io.SEEK_END)
+                size = 0
+                while f is not None and (chunk := f.read(_COPY_CHUNK)):
+                    size += len(chunk)
+                    if size > max_file_bytes:
+                        raise BundleTooLarge(name, f"decompresses to more than {max_file_bytes} bytes "
+                                                   f"({human_bytes(max_file_bytes)}, MAX_FILE_BYTES, the most one "
+                                                   f"bundle file may hold); refused without reading further",
+                                             max_file_bytes)
+                    spool.write(chunk)
+                where[name] = (start, size)
+    except InflateLimitError as exc:
+        spool.close()
+        raise BundleTooLarge("<archive>", str(exc).removeprefix("<archive>: "), exc.limit) from None
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
+        spool.close()
         if isinstance(exc, BundleError):
             raise
         raise BundleError("<archive>", f"not a complete tar.gz ({type(exc).__name__}: {exc})") from None
-    if MANIFEST not in files:
+    if MANIFEST not in where:
+        spool.close()
         raise BundleError(MANIFEST, "not in the archive")
-    return Bundle(_manifest(files[MANIFEST]), files.__getitem__, "upload")
+
+    def read(name: str) -> bytes:
+        start, size = where[name]
+        spool.seek(start)
+        return spool.read(size)
+
+    return Bundle(_manifest(read(MANIFEST)), read, "upload")
 
 
 def tar_bundle(folder: str | Path) -> bytes:

@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchkit.inflate import MAX_BLOB_BYTES, inflate_zlib
+
 #: Version tag of the stored layout; `decode_telemetry` and `from_dict` refuse others.
 FORMAT_VERSION = 1
 
@@ -305,9 +307,11 @@ def decode_telemetry(data: bytes) -> TelemetryStream:
     """Decode bytes written by `encode_telemetry` back into the identical TelemetryStream.
 
     Raises ValueError naming the problem when the bytes are not zlib data or JSON, of an unknown
-    format version, or inconsistent (a column of the wrong length, ...)."""
+    format version, or inconsistent (a column of the wrong length, ...); InflateLimitError (a
+    ValueError) when they decompress to more than MAX_BLOB_BYTES (256 MiB, benchkit.inflate;
+    an hour at 50 Hz on 8 GPUs is about 80 MB), reading stopped there."""
     try:
-        doc = json.loads(zlib.decompress(data).decode("utf-8"))
+        doc = json.loads(inflate_zlib(data, "telemetry", MAX_BLOB_BYTES, "MAX_BLOB_BYTES").decode("utf-8"))
     except (zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"telemetry: not an encoded telemetry stream ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:

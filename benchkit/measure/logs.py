@@ -38,6 +38,8 @@ import msgspec
 import numpy as np
 import zstandard
 
+from benchkit.inflate import MAX_INFLATED_BYTES, InflateLimitError, inflate_zlib
+
 #: Message kinds. `reasoning` and `content` messages may carry output tokens; a `usage` message
 #: is the final usage-only message (empty `choices`) and carries none.
 KINDS = ("reasoning", "content", "usage")
@@ -453,9 +455,10 @@ def columns_of(logs: list[RequestLog]) -> LogColumns:
 
 
 def _parse_v1(data: bytes) -> dict[str, Any]:
-    """The column document of a version-1 blob (zlib JSON), event columns as numpy arrays."""
+    """The column document of a version-1 blob (zlib JSON), event columns as numpy arrays. The
+    JSON is decompressed to at most MAX_INFLATED_BYTES (InflateLimitError beyond it)."""
     try:
-        text = zlib.decompress(data)
+        text = inflate_zlib(data, "request logs", MAX_INFLATED_BYTES, "MAX_INFLATED_BYTES")
     except zlib.error as exc:
         raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
     fast = _parse_v1_columns(text)
@@ -538,13 +541,36 @@ def _parse_v1_columns(text: bytes) -> dict[str, Any] | None:
     return doc
 
 
+def _read_into(reader, view: memoryview) -> int:
+    """Fill `view` from the zstandard stream reader; how many bytes it held (fewer at its end)."""
+    got = 0
+    while got < len(view):
+        n = reader.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
 def _open_v2(data: bytes) -> tuple[dict[str, Any], memoryview, dict[str, np.dtype], int, np.ndarray, int]:
     """(header document, decompressed frame, event column dtypes, block, messages per request,
-    where the event columns start in the frame) of a version-2 blob, header and sizes checked."""
+    where the event columns start in the frame) of a version-2 blob, header and sizes checked.
+
+    Bounded: the frame is decompressed as a stream, the header first; the size the header implies
+    (4 + header + messages x column widths) must be at most MAX_INFLATED_BYTES (1 GiB,
+    benchkit.inflate; else InflateLimitError) and exactly that many bytes are decompressed into
+    one buffer, one byte more meaning the frame is longer than its header says (refused without
+    reading further)."""
+    limit, name = MAX_INFLATED_BYTES, "MAX_INFLATED_BYTES"
     try:
-        raw = memoryview(zstandard.ZstdDecompressor().decompressobj().decompress(memoryview(data)[len(MAGIC):]))
-        (n_head,) = struct.unpack_from("<I", raw)
-        doc = msgspec.json.decode(raw[4:4 + n_head])
+        reader = zstandard.ZstdDecompressor().stream_reader(memoryview(data)[len(MAGIC):], read_across_frames=False)
+        (n_head,) = struct.unpack("<I", reader.read(4))
+        if 4 + n_head > limit:
+            raise InflateLimitError("request logs", limit, name)
+        head = reader.read(n_head)
+        if len(head) != n_head:
+            raise struct.error(f"the header is {len(head)} bytes, its length says {n_head}")
+        doc = msgspec.json.decode(head)
     except (zstandard.ZstdError, struct.error, msgspec.DecodeError) as exc:
         raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
@@ -559,11 +585,23 @@ def _open_v2(data: bytes) -> tuple[dict[str, Any], memoryview, dict[str, np.dtyp
         counts = _i64(doc["n_events"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"request logs: bad header ({exc!r})") from exc
-    if block < 1 or counts.sum() != n_ev or any(d.kind != "i" for d in dtypes.values()):
+    if block < 1 or n_ev < 0 or counts.sum() != n_ev or any(d.kind != "i" for d in dtypes.values()):
         raise ValueError("request logs: bad header (block, event count or column types)")
     need = 4 + n_head + n_ev * sum(d.itemsize for d in dtypes.values())
-    if len(raw) != need:
-        raise ValueError(f"request logs: {len(raw)} bytes of columns, expected {need}")
+    if need > limit:
+        raise InflateLimitError("request logs", limit, name)
+    buf = bytearray(need)
+    raw = memoryview(buf)
+    raw[:4], raw[4:4 + n_head] = struct.pack("<I", n_head), head
+    del head
+    try:
+        got = 4 + n_head + _read_into(reader, raw[4 + n_head:])
+        extra = reader.read(1)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"request logs: not an encoded log blob ({exc})") from exc
+    if got != need or extra:
+        have = f"more than {need}" if extra else str(got)
+        raise ValueError(f"request logs: {have} bytes of columns, expected {need}")
     return doc, raw, dtypes, block, counts, 4 + n_head
 
 
