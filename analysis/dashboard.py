@@ -8,7 +8,7 @@ from typing import Any
 
 from analysis import figures
 from analysis.filters import QueryError, Selection
-from benchkit.compare import lossless, verdicts
+from benchkit.compare import categories, lossless, verdicts
 from benchkit.compare.lossless import lossless_mark
 from benchkit.compare.speedups import DECODE, END_TO_END, Speedup, compute_speedups, inconsistent_gpu_tps
 from benchkit.compare.stats import median
@@ -199,6 +199,45 @@ def headline(speedups: list[Speedup], points: list[Point], selection: Selection)
             "baseline": selection.baseline, "choice": verdicts.choice_sentence(selection.speedup)}
 
 
+#: Most category matrices one sweep page shows (one per TP degree, concurrency and temperature).
+MAX_CATEGORY_CELLS = 6
+
+
+def category_section(points: list[Point], figures_by_run: dict[int, list[dict[str, Any]]],
+                     selection: Selection) -> dict[str, Any] | None:
+    """The sweep page's verdicts per prompt category (benchkit.compare.categories.category_matrix):
+    one matrix per (TP, concurrency, temperature) cell at the headline's output length, ranked by
+    the headline's figure for that concurrency, over the points that may feed a verdict; None
+    when no run has categories. {"output_len", "matrices": [CategoryMatrix with `cell`
+    {"tp", "concurrency", "temperature"}], "more": cells left out (MAX_CATEGORY_CELLS),
+    "pooled_note": what the all-prompts headline pools (a disagreeing matrix's note first),
+    "disagree": some cell's categories name different winners beyond noise}."""
+    if not figures_by_run:
+        return None
+    kept = [p for p in verdicts.split_excluded(points)[0]
+            if selection.shows(p) or p.label == selection.baseline]
+    if not kept:
+        return None
+    out_len = figures.highest(p.output_len for p in kept)
+    cells: dict[tuple, list[Point]] = defaultdict(list)
+    for p in kept:
+        if p.output_len == out_len and p.run_id in figures_by_run:
+            cells[(p.tp, p.concurrency, p.temperature)].append(p)
+    matrices = []
+    for tp, conc, temp in sorted(cells, key=lambda k: (k[0], figures.nulls_last(k[1]), k[2])):
+        m = categories.category_matrix(cells[(tp, conc, temp)], figures_by_run,
+                                       verdicts.figure_for(selection.speedup, conc), selection.baseline)
+        if m is not None:
+            m.cell = {"tp": tp, "concurrency": conc, "temperature": temp}
+            matrices.append(m)
+    if not matrices:
+        return None
+    return {"output_len": out_len, "matrices": matrices[:MAX_CATEGORY_CELLS],
+            "more": max(0, len(matrices) - MAX_CATEGORY_CELLS),
+            "pooled_note": next((m.pooled_note for m in matrices if m.disagree), matrices[0].pooled_note),
+            "disagree": any(m.disagree for m in matrices)}
+
+
 def config_table(state_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The sweep's runs per configuration (rows, in config order) and TP degree (columns), from
     runs.selectors.config_state_counts rows: {"tps": [tp...], "rows": [{"label", "title",
@@ -264,15 +303,18 @@ def filter_options(dims: list[dict[str, Any]], selection: Selection) -> dict[str
 
 
 def build_sweep_page(points: list[Point], dims: list[dict[str, Any]], selection: Selection,
-                     state_rows: list[dict[str, Any]], failures: dict[str, int]) -> dict[str, Any]:
+                     state_rows: list[dict[str, Any]], failures: dict[str, int],
+                     figures_by_run: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Context of the sweep page besides its figures (which the page's script reads from the
     JSON endpoint): the headline, the per-configuration run table, the filter form, the
     failure summary and the GPU-consistency flag; the excluded points (`excluded_rows`) and the
-    page's line about them (benchkit.compare.verdicts.excluded_line); the speedup choices."""
+    page's line about them (benchkit.compare.verdicts.excluded_line); the speedup choices; the
+    verdicts per prompt category (`category_section` of `figures_by_run`, runs.selectors.category_figures)."""
     speedups, reasons = verdict_speedups(points, selection.baseline)
     excluded = [p for p in points if p.run_id in reasons and (selection.shows(p) or p.label == selection.baseline)]
     return {
         "headline": headline(speedups, points, selection),
+        "categories": category_section(points, figures_by_run or {}, selection),
         "excluded_line": verdicts.excluded_line(excluded, reasons),
         "speedup_choices": [{"value": k, "text": v, "selected": k == selection.speedup}
                             for k, v in verdicts.SPEEDUP_CHOICES.items()],

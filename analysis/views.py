@@ -69,14 +69,17 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     and concurrency), filters in the URL query, four figures (read by the page's script from
     `sweep_data` with the same query) and a per-configuration run table; every run is listed,
     paginated, at `sweep_runs`. A sweep on several hosts names each, with a link to its runs
-    only. Loads only the columns the figures need."""
+    only. Loads only the columns the figures need (and, for a sweep on a dataset, the runs'
+    figures per prompt category: one query more)."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
     try:
         selection, dims, points = _sweep_points(request, pk)
     except QueryError as exc:
         return bad_query(exc)
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
-                                     selectors.failure_counts(pk))
+                                     selectors.failure_counts(pk),
+                                     selectors.category_figures(pk) if any(p.dataset != "random" for p in points)
+                                     else {})
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
                hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
                all_hosts_query=selection.query(host=()))

@@ -42,7 +42,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 #: The workload's dataset kinds (the sweep file's `workload.dataset` choices).
-DATASET_KINDS = ("random", "sharegpt", "jsonl")
+DATASET_KINDS = ("random", "sharegpt", "jsonl", "speed_bench", "mt_bench", "spec_bench")
+#: SPEED-Bench configs a workload may name (`dataset_split`; benchkit.measure.datasets.SPEED_BENCH_SPLITS).
+SPEED_BENCH_SPLITS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k",
+                      "throughput_32k")
 
 GROUPS = {
     "engine": "engine and build, the server's options",
@@ -144,6 +147,14 @@ RECORD: tuple[ConfigField, ...] = (
     _f("dataset", W, str, "workload", "workload", "random", choices=DATASET_KINDS, run_column=True, imported=True,
        doc="where the prompts come from (the Run column: `kind:path` but for random)"),
     _f("dataset_path", W, str, "workload", "workload", "", doc="the dataset's file (every kind but random)"),
+    _f("dataset_split", W, str, "workload", "workload", "", point_key=WHEN_SET, choices=("", *SPEED_BENCH_SPLITS),
+       doc="speed_bench: the SPEED-Bench config (\"\": qualitative)"),
+    _f("dataset_categories", W, list[str], "workload", "workload", factory=list, point_key=WHEN_SET,
+       doc="keep only the prompts of these categories (empty: every category)"),
+    _f("prompts_per_category", W, int | None, "workload", "workload", unit="requests", ge=1, point_key=WHEN_SET,
+       doc="a seeded sample of exactly this many prompts of each category (None: the file's order)"),
+    _f("dataset_turns", W, str, "workload", "workload", "first", point_key=WHEN_SET, choices=("first", "all"),
+       doc="multi-turn records: the first user turn, or every turn as a prompt of its own"),
     _f("input_len", W, int, "workload", "grid", 128, also=("workload",), unit="tokens", ge=1, run_column=True,
        imported=True, doc="prompt length"),
     _f("output_len", W, int, "workload", "grid", 128, also=("workload",), unit="tokens", ge=1, run_column=True,
@@ -157,7 +168,8 @@ RECORD: tuple[ConfigField, ...] = (
     _f("burstiness", W, float, "workload", "workload", 1.0, gt=0, imported=True,
        doc="gamma shape of the arrivals (1.0 = Poisson)"),
     _f("ignore_eos", W, bool, "workload", "workload", True, doc="generate output_len tokens whatever the model says"),
-    _f("temperature", W, float, "workload", "workload", 0.0, ge=0, run_column=True, doc="sampling temperature"),
+    _f("temperature", W, float, "workload", "grid", 0.0, also=("workload",), ge=0, run_column=True,
+       doc="sampling temperature (a grid axis; every request sends the workload's `seed`)"),
     _f("seed", W, int, "workload", "workload", 0, ge=0, run_column=True, doc="the prompts' and sampling seed"),
     _f("warmup_requests", W, int | None, "workload", "workload", unit="requests", ge=0, point_key=False,
        doc="requests before the window (None: max(concurrency, 1))"),

@@ -362,7 +362,9 @@ class RunMetrics(models.Model):
     rows and notes; its run-level figures are the `efficiency` columns), `gpu_check`
     (benchkit.measure.gpu_validity.GpuWindowCheck.to_dict(): verdicts, clock events seen, notes;
     empty without telemetry) and `client_headroom` (benchkit.measure.loadgen.ClientHeadroom as a
-    dict, per process; its run-level figures are the `client` columns). No cost is stored: it
+    dict, per process; its run-level figures are the `client` columns), `categories` (a run whose
+    prompts carry a category: benchkit.measure.categories.CategoryFigures.to_dict() per category,
+    sorted; [] otherwise). No cost is stored: it
     depends on a GPU-hour price that can change (runs.selectors.price_for prices it when read).
     Written only by runs.services.metrics_store.
     """
@@ -377,6 +379,8 @@ class RunMetrics(models.Model):
     efficiency = models.JSONField(default=dict, blank=True, help_text="efficiency figures per GPU and notes")
     gpu_check = models.JSONField(default=dict, blank=True, help_text="GPU verdicts, clock events seen, notes")
     client_headroom = models.JSONField(default=dict, blank=True, help_text="load client CPU and loop lag")
+    categories = models.JSONField(default=list, blank=True,
+                                  help_text="figures per prompt category")
     computed_at = models.DateTimeField(auto_now=True)
 
     class Meta:

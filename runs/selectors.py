@@ -141,6 +141,16 @@ def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float
     return points
 
 
+def category_figures(sweep_id: int, run_ids: Iterable[int] | None = None) -> dict[int, list[dict[str, Any]]]:
+    """{run id: its figures per prompt category (RunMetrics.categories)} of the sweep's counted
+    runs whose dataset is not random (`run_ids`: only these), runs without categories left out.
+    One query; {} for a sweep on random prompts."""
+    qs = RunMetrics.objects.filter(run__in=Run.objects.counted().filter(sweep_id=sweep_id).exclude(dataset="random"))
+    if run_ids is not None:
+        qs = qs.filter(run_id__in=list(run_ids))
+    return {rid: cats for rid, cats in qs.values_list("run_id", "categories") if cats}
+
+
 def sweep_dimensions(sweep_id: int) -> list[dict[str, Any]]:
     """The distinct grid axes (benchkit.point.AXIS_FIELDS: TP, decoding configuration,
     concurrency, output and input length) of a sweep's counted runs, one dict each (one query):

@@ -120,6 +120,9 @@ class SyntheticConfig:
     #: j >= 1 of a request carries round(j tau) - round((j - 1) tau) tokens, so the counted mean
     #: acceptance length is `forced_tau` (up to the last message's truncation).
     forced_tau: float | None = None
+    #: Category-dependent acceptance: {prompt prefix: tau}; a request whose prompt starts with a
+    #: prefix is forced to that tau (as `forced_tau`, which it overrides; needs `spec_k` > 0).
+    tau_by_prefix: dict[str, float] = field(default_factory=dict)
     #: write a request's token messages after the first from the server's one timer (`_Pump`)
     #: instead of a task per request waking per message; the same bytes and schedule, less CPU
     pump: bool = True
@@ -220,8 +223,9 @@ class _TokenStream:
     written counts it (vLLM's spec-decode counters: every message after the first is a draft step)."""
 
     def __init__(self, server: SyntheticServer, enc: _ChunkEncoder, n_out: int, mode: str | None, chat: bool,
-                 diverge_at: int | None, echo: str, ttft_ms: float, gap_ms: float):
+                 diverge_at: int | None, echo: str, ttft_ms: float, gap_ms: float, tau: float | None = None):
         self.server, self.cfg, self.enc = server, server.config, enc
+        self.tau = tau if tau is not None else self.cfg.forced_tau
         self.n_out, self.mode, self.chat, self.diverge_at, self.echo = n_out, mode, chat, diverge_at, echo
         self.ttft_ms, self.gap_ms = ttft_ms, gap_ms
         self.sent = self.j = self.steps = self.accepted = 0
@@ -232,8 +236,8 @@ class _TokenStream:
         if sent >= self.n_out:
             return None
         k = cfg.tokens_per_message if (j > 0 or cfg.first_message_tokens is None) else cfg.first_message_tokens
-        if cfg.forced_tau is not None and cfg.spec_k and j > 0:
-            k = math.floor(j * cfg.forced_tau + 0.5) - math.floor((j - 1) * cfg.forced_tau + 0.5)
+        if self.tau is not None and cfg.spec_k and j > 0:
+            k = math.floor(j * self.tau + 0.5) - math.floor((j - 1) * self.tau + 0.5)
         k = min(k, self.n_out - sent)
         letters, diverge_at = string.ascii_lowercase, self.diverge_at
         if k == 1 and (diverge_at is None or sent < diverge_at):
@@ -613,7 +617,8 @@ class SyntheticServer:
         # Rust bench client) can be matched to this server's ground truth by its generated text
         echo = (f"[{hashlib.blake2b(key_text.encode(), digest_size=4).hexdigest()}]"
                 if body.get("synthetic_echo_key") else "")
-        tokens = _TokenStream(self, enc, n_out, mode, chat, diverge_at, echo, ttft_ms, gap_ms)
+        tau = next((t for prefix, t in cfg.tau_by_prefix.items() if key_text.startswith(prefix)), None)
+        tokens = _TokenStream(self, enc, n_out, mode, chat, diverge_at, echo, ttft_ms, gap_ms, tau)
         while (msg := tokens.next()) is not None:
             due, data, k = msg
             await asyncio.sleep(max(0.0, t0 + due - loop.time()))
@@ -790,6 +795,10 @@ def main(argv: list[str] | None = None) -> None:
                         "(and counted as vLLM's spec-decode counters, k = its num_speculative_tokens)")
     parser.add_argument("--spec-counters", action="store_true", help="with --speculative-config: count vLLM's "
                         "spec-decode counters (k = num_speculative_tokens; tau = tokens per message)")
+    parser.add_argument("--per-request-spec-decode-metrics", default="", help="vLLM's flag: with a speculative "
+                        "config and counters, the final usage chunk carries the request's spec-decode figures")
+    parser.add_argument("--tau-by-prefix", default="", help="with --speculative-config and --spec-counters: "
+                        "PREFIX=TAU,... forces the acceptance length of prompts starting with PREFIX")
     args, _engine_flags = parser.parse_known_args(argv)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -807,7 +816,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SyntheticConfig(ttft_ms=args.ttft_ms, gap_ms=args.gap_ms, tokens_per_message=args.tokens_per_message,
                           model=args.served_model_name, diverge_after=args.diverge_after if lossy else None,
                           diverge_share=args.diverge_share if lossy else 0.0, spec_k=k,
-                          forced_tau=float(forced) if forced is not None else None)
+                          forced_tau=float(forced) if forced is not None else None,
+                          spec_metrics=bool(k and args.per_request_spec_decode_metrics),
+                          tau_by_prefix={p: float(t) for p, t in (kv.split("=", 1) for kv in
+                                                                  args.tau_by_prefix.split(",") if kv)} if k else {})
     server = SyntheticServer(cfg, sock=sock)
     server.start()
     print(f"synthetic server pid {os.getpid()} on {server.base_url}", flush=True)

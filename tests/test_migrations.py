@@ -102,4 +102,4 @@ def test_model_columns_are_the_schema():
         assert column.null and column.help_text == f.unit and column.verbose_name == f.label, f.name
     others = {c.name for c in RunMetrics._meta.concrete_fields} - {f.name for f in METRIC_FIELDS}
     assert others == {"id", "run", "spec_source", "distributions", "source_tool", "definitions", "extra",
-                      "efficiency", "gpu_check", "client_headroom", "computed_at"}
+                      "efficiency", "gpu_check", "client_headroom", "categories", "computed_at"}

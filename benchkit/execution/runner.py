@@ -47,7 +47,7 @@ from benchkit.execution.outcome import RunOutcome
 from benchkit.hosts import preflight
 from benchkit.hosts.teardown import SERVER_TAG_ENV
 from benchkit.hosts.telemetry import TelemetryError, TelemetrySampler
-from benchkit.measure import counters, gpu_window, loadgen, metrics, validity, workloads
+from benchkit.measure import counters, datasets, gpu_window, loadgen, metrics, validity, workloads
 from benchkit.measure.window import assemble_window
 from benchkit.methods import METHODS
 from benchkit.specs import RunSpec
@@ -148,7 +148,9 @@ def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter,
     check raises preflight.PreflightError when it fails. The runner stops at the first failure;
     a dry run (benchkit.sweeps.dryrun) runs them all.
 
-    Names: `model`, `drafter` (directories complete; no weights needed with `load_format:
+    Names: `dataset` (a categorized dataset's file read and its selection checked, no server
+    needed: benchkit.measure.datasets.check_dataset; returns {category: prompts}), `model`,
+    `drafter` (directories complete; no weights needed with `load_format:
     dummy`), `engine_env` (the build's interpreter or launcher and the engine in it; returns
     the provenance, environment.check_engine_env), `cuda_init` (a real CUDA initialisation on
     the run's GPUs in a child process; when it fails, the device-node check says which node is
@@ -156,7 +158,16 @@ def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter,
     from it, `adapter.port_span`)."""
     s = spec.server
     dummy = s.load_format == "dummy"
+
+    def dataset() -> Any:
+        try:
+            prompts = datasets.check_dataset(spec.workload)
+        except (datasets.DatasetError, ValueError) as exc:
+            raise preflight.PreflightError(preflight.DATASET_ERROR, str(exc)) from None
+        return None if prompts is None else datasets.category_counts(prompts)
+
     checks: list[tuple[str, Callable[[], Any]]] = [
+        ("dataset", dataset),
         ("model", lambda: preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy))]
     method = METHODS.get(s.method)  # an unknown method fails in build_argv, with its reason
     if s.drafter and method and method.takes_drafter:

@@ -41,7 +41,8 @@ HOST_ENV_ERROR = "host_env_error"
 GPU_BUSY = "gpu_busy"
 PORT_IN_USE = "port_in_use"
 ENGINE_ENV_ERROR = "engine_env_error"
-CODES = (MODEL_MISSING, MODEL_INCOMPLETE, HOST_ENV_ERROR, GPU_BUSY, PORT_IN_USE, ENGINE_ENV_ERROR)
+DATASET_ERROR = "dataset_error"
+CODES = (MODEL_MISSING, MODEL_INCOMPLETE, HOST_ENV_ERROR, GPU_BUSY, PORT_IN_USE, ENGINE_ENV_ERROR, DATASET_ERROR)
 
 #: Files any one of which makes a tokenizer (Hugging Face layouts).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "tiktoken.model")

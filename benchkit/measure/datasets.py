@@ -413,20 +413,38 @@ def load_prompts(kind: str, path: str | Path, options: DatasetOptions | None = N
     return select_prompts(read_dataset(kind, path, opts), opts, str(path))
 
 
+def run_selection(workload: Any, n: int) -> list[DatasetPrompt]:
+    """The `n` prompts a run of `workload` sends (a categorized kind), warmup first: without a
+    per-category count, the first `n` of the selection (`load_prompts`); with one, the first
+    n - warmup of the seeded per-category sample, preceded by warmup prompts taken from outside
+    it (`with_warmup`), so the measured per-category counts stay as sampled. Needs no server.
+    Raises DatasetError (`file:line: field: reason`, or the file and what is short)."""
+    opts = DatasetOptions.of_workload(workload)
+    source = str(workload.dataset_path)
+    n_warm = min(workload.n_warmup, n)
+    every = read_dataset(workload.dataset, workload.dataset_path, opts)
+    chosen = select_prompts(every, opts, source)
+    if opts.per_category is None:
+        if len(chosen) < n:
+            raise DatasetError(source, None, "", f"{len(chosen)} prompt(s) selected, the run needs {n} (warmup + "
+                                                 "num_prompts; prompts are not reused, so the prefix cache stays cold)")
+        return chosen[:n]
+    measured = chosen[:n - n_warm]
+    if len(measured) < n - n_warm:
+        raise DatasetError(source, None, "", f"{len(chosen)} prompt(s) sampled ({opts.per_category} per category), "
+                                             f"the run measures {n - n_warm}")
+    pool = [p for p in every if not opts.categories or p.category in opts.categories]
+    return with_warmup(pool, measured, n_warm, source)
+
+
 def check_dataset(workload: Any, count: int | None = None) -> list[DatasetPrompt] | None:
     """Read and validate the workload's dataset without a server (None for a kind this module
-    does not read): call before a server starts so that a bad file is refused first. `count`
-    (default warmup + num_prompts): refuse a selection with fewer prompts. Raises DatasetError."""
-    kind = getattr(workload, "dataset", "random")
-    if kind not in CATEGORIZED_KINDS:
+    does not read): call before a server starts so that a bad file is refused first. Returns
+    what a run sends (`run_selection` of `count` prompts, default warmup + num_prompts). Raises
+    DatasetError."""
+    if getattr(workload, "dataset", "random") not in CATEGORIZED_KINDS:
         return None
-    prompts = load_prompts(kind, workload.dataset_path, DatasetOptions.of_workload(workload))
-    need = count if count is not None else workload.n_warmup + workload.num_prompts
-    if len(prompts) < need:
-        raise DatasetError(str(workload.dataset_path), None, "",
-                           f"{len(prompts)} prompt(s) selected, the run needs {need} (warmup + num_prompts; "
-                           "prompts are not reused, so the prefix cache stays cold)")
-    return prompts
+    return run_selection(workload, count if count is not None else workload.n_warmup + workload.num_prompts)
 
 
 def category_counts(prompts: Iterable[DatasetPrompt]) -> dict[str, int]:

@@ -305,20 +305,8 @@ def categorized_rows(workload: WorkloadSpec, n: int) -> list[tuple[str, int | No
     per-category count): warmup prompts first (`datasets.with_warmup`: outside the measured
     sample), then the measured selection (`datasets.load_prompts`). Needs no server. Raises
     WorkloadError (`file:line: field: reason`) for a bad file or too few prompts."""
-    opts = datasets.DatasetOptions.of_workload(workload)
-    n_warm = min(workload.n_warmup, n)
     try:
-        every = datasets.read_dataset(workload.dataset, workload.dataset_path, opts)
-        chosen = datasets.select_prompts(every, opts, str(workload.dataset_path))
-        if opts.per_category is not None:
-            measured = chosen[:n - n_warm]
-            if len(measured) < n - n_warm:
-                raise datasets.DatasetError(
-                    str(workload.dataset_path), None, "",
-                    f"{len(chosen)} prompt(s) sampled ({opts.per_category} per category), the run measures "
-                    f"{n - n_warm}")
-            pool = [p for p in every if not opts.categories or p.category in opts.categories]
-            chosen = datasets.with_warmup(pool, measured, n_warm, str(workload.dataset_path))
+        chosen = datasets.run_selection(workload, n)
     except (datasets.DatasetError, ValueError) as exc:
         raise WorkloadError(str(exc)) from exc
     return [(p.text, p.output_len, p.category) for p in chosen]

@@ -26,9 +26,11 @@ concurrency x output length x input length x repeat. Layout (every key but `name
       concurrency: [1, 8]
       output_len: [1024]
       input_len: [128]
+      temperature: [0.0, 0.7]        # sampling temperature; every request sends workload.seed
     workload: {dataset, dataset_path, num_prompts, request_rate, burstiness, ignore_eos,
-               temperature, seed, warmup_requests}   # plus input_len/output_len/concurrency
-                                                      # when the grid does not list them
+               seed, warmup_requests,               # plus input_len/output_len/concurrency/
+               dataset_split, dataset_categories,   # temperature when the grid does not list them
+               prompts_per_category, dataset_turns} # (categorized datasets: benchkit.measure.datasets)
     limits: {ready_timeout_s, request_timeout_s, run_timeout_s, stop_timeout_s, max_error_rate,
              telemetry_hz (GPU readings per second, 0.1..50, default 10)}
     slo: {ttft_ms: 500, tpot_ms: 50} # goodput bounds, ms
@@ -106,6 +108,7 @@ from benchkit.engines.registry import EngineName, is_launched
 from benchkit.hosts import HOST_NAME_RE, telemetry
 from benchkit.hosts.allocation import Allocation, fit_sweep_gpus
 from benchkit.hosts.inventory import HostInventory
+from benchkit.measure import datasets
 from benchkit.methods import METHODS, MethodError, MethodName, check_method, method_label
 from benchkit.specs import GpuRef, Limits, RunSpec, ServerConfig, WorkloadSpec
 from benchkit.sweeps.twins import DEFAULT_NIGHTS, TwinRequest
@@ -113,7 +116,7 @@ from benchkit.sweeps.twins import DEFAULT_NIGHTS, TwinRequest
 #: Most runs one sweep file may expand to (SweepFile._check_size, checked before expansion).
 MAX_SWEEP_RUNS = 10_000
 #: Workload fields a grid may list as axes (else one value, from `workload:` or the default).
-GRID_AXES = ("concurrency", "output_len", "input_len")
+GRID_AXES = ("concurrency", "output_len", "input_len", "temperature")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -193,6 +196,9 @@ def _distinct(values: list[int]) -> list[int]:
 #: One value or a list of distinct integers >= 1 (a grid axis, k values, tree budgets).
 Positives = Annotated[list[Annotated[int, Field(ge=1)]], BeforeValidator(_as_list), Field(min_length=1),
                       AfterValidator(_distinct)]
+#: One value or a list of distinct temperatures >= 0 (the `grid.temperature` axis).
+Temperatures = Annotated[list[Annotated[float, Field(ge=0)]], BeforeValidator(_as_list), Field(min_length=1),
+                         AfterValidator(_distinct)]
 #: One or more distinct NVML GPU indices.
 GpuIndices = Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_as_list), Field(min_length=1),
                        AfterValidator(_distinct)]
@@ -306,6 +312,7 @@ class Grid(StrictModel):
     concurrency: Positives | None = None
     output_len: Positives | None = None
     input_len: Positives | None = None
+    temperature: Temperatures | None = None
 
 
 class _WorkloadChecks(StrictModel):
@@ -313,8 +320,17 @@ class _WorkloadChecks(StrictModel):
 
     @model_validator(mode="after")
     def _dataset_path(self) -> Any:
-        if self.dataset != "random" and not self.dataset_path:  # type: ignore[attr-defined]
-            raise FieldProblem("dataset_path", f"dataset {self.dataset!r} needs a path")  # type: ignore[attr-defined]
+        kind = self.dataset  # type: ignore[attr-defined]
+        if kind != "random" and not self.dataset_path:  # type: ignore[attr-defined]
+            raise FieldProblem("dataset_path", f"dataset {kind!r} needs a path")
+        for name in ("dataset_categories", "prompts_per_category", "dataset_turns"):
+            if name in self.model_fields_set and kind in ("random", "sharegpt"):
+                raise FieldProblem(name, f"dataset {kind!r} has no categories or turns (a categorized kind: jsonl, "
+                                         "speed_bench, mt_bench, spec_bench)")
+        if self.dataset_split and kind != "speed_bench":  # type: ignore[attr-defined]
+            raise FieldProblem("dataset_split", f"only dataset speed_bench has splits (dataset is {kind!r})")
+        if any(not c for c in self.dataset_categories):  # type: ignore[attr-defined]
+            raise FieldProblem("dataset_categories", "a category name must not be empty")
         return self
 
 
@@ -571,18 +587,14 @@ class SweepSpec:
     def n_runs(self) -> int:
         """Number of runs `expand()` returns (product of the grid axes x repeats)."""
         g = self.grid
-        return (
-            len(g["tp"])
-            * len(g["methods"])
-            * len(g["concurrency"])
-            * len(g["output_len"])
-            * len(g["input_len"])
-            * self.repeats
-        )
+        n = len(g["tp"]) * len(g["methods"]) * self.repeats
+        for axis in GRID_AXES:
+            n *= len(g[axis])
+        return n
 
     def expand(self, assign_gpus: Callable[[int], list[GpuRef]] | None = None) -> list[RunSpec]:
         """All runs of the grid, in the order tp x method variant x concurrency x output_len x
-        input_len x repeat (runs that can share a server start are adjacent).
+        input_len x temperature x repeat (runs that can share a server start are adjacent).
 
         `assign_gpus(tp)` returns the GPUs for a run of that TP degree; without it `gpus` is []
         (the runner allocates at run time). DDTree variants get prefix caching off.
@@ -618,15 +630,10 @@ class SweepSpec:
                 **server_kwargs,
             )
             server.is_demo_model = demo
-            for conc, out_len, in_len in itertools.product(g["concurrency"], g["output_len"], g["input_len"]):
+            for values in itertools.product(*(g[axis] for axis in GRID_AXES)):
                 for rep in range(self.repeats):
-                    workload = WorkloadSpec(
-                        **self.workload,
-                        concurrency=conc,
-                        output_len=out_len,
-                        input_len=in_len,
-                        slo=dict(self.slo),
-                    )
+                    workload = WorkloadSpec(**self.workload, **dict(zip(GRID_AXES, values, strict=True)),
+                                            slo=dict(self.slo))
                     runs.append(
                         RunSpec(
                             server=copy.deepcopy(server),
@@ -668,6 +675,33 @@ class SweepSpec:
         if fit.refused:
             raise PointsRefused(fit.refused)
         return fit.gpu_plan, fit.runs
+
+    def check_datasets(self, runs: list[RunSpec] | None = None, *, missing_ok: bool = False) -> int:
+        """Read and validate every distinct dataset selection of `runs` (default `expand()`)
+        without a server (benchkit.measure.datasets.check_dataset: the records, the split, the
+        categories, the per-category sample and enough prompts for warmup + num_prompts). Returns
+        how many selections were checked. `missing_ok`: a dataset file that does not exist on
+        this machine is left to the GPU host's preflight (a sweep entered on the web for another
+        host). Raises SweepError at `workload.dataset_path` whose message is the dataset's own
+        `file:line: field: reason`."""
+        seen: set[tuple] = set()
+        checked = 0
+        for r in self.expand() if runs is None else runs:
+            w = r.workload
+            key = (w.dataset, w.dataset_path, w.dataset_split, tuple(w.dataset_categories), w.prompts_per_category,
+                   w.dataset_turns, w.seed, w.n_warmup + w.num_prompts)
+            if w.dataset not in datasets.CATEGORIZED_KINDS or key in seen:
+                continue
+            seen.add(key)
+            if missing_ok and not Path(w.dataset_path).exists():
+                continue
+            checked += 1
+            try:
+                datasets.check_dataset(w)
+            except (datasets.DatasetError, ValueError) as exc:
+                line, shown = locate(self.doc if self.doc is not None else self.raw, ("workload", "dataset_path"))
+                raise SweepError(self.source, line, format_field(shown), str(exc)) from None
+        return checked
 
     def twin_for(self, spec: RunSpec) -> TwinRequest | None:
         """The twin asked for the real run `spec` (one of `expand`'s): its method variant's

@@ -22,7 +22,8 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
                   distributions: dict[str, list[float]] | None = None, source_tool: str = TOOL_DRAFTBOARD,
                   definitions: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
                   efficiency: dict[str, Any] | None = None, gpu_check: dict[str, Any] | None = None,
-                  client_headroom: dict[str, Any] | None = None) -> None:
+                  client_headroom: dict[str, Any] | None = None,
+                  categories: list[dict[str, Any]] | None = None) -> None:
     """Create or overwrite `run`'s RunMetrics row from `window` (one row per run).
 
     `spec_source`: where the acceptance figures came from (the counters' engine, or the source
@@ -31,7 +32,8 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
     file's keys without a column (non-finite floats become null, JSON has no NaN); `efficiency`
     (EfficiencyFigures.to_dict(), the per-GPU rows and notes behind the window's `efficiency`
     fields), `gpu_check` (GpuWindowCheck.to_dict()) and `client_headroom` (ClientHeadroom as a
-    dict): the JSON beside the figures ({} when not given). Call it inside
+    dict): the JSON beside the figures ({} when not given); `categories`: the figures per prompt
+    category (benchkit.measure.categories.CategoryFigures dicts; [] when not given). Call it inside
     the caller's transaction when the row must change together with the run's state.
     """
     values = {
@@ -44,6 +46,7 @@ def store_metrics(run: Run, window: WindowMetrics, *, spec_source: str | None = 
         "efficiency": json_safe(efficiency or {}),
         "gpu_check": json_safe(gpu_check or {}),
         "client_headroom": json_safe(client_headroom or {}),
+        "categories": json_safe(categories or []),
         "computed_at": timezone.now(),
     }
     # One UPDATE when the row exists (recompute: no read of the old row and its samples first);

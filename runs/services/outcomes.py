@@ -14,6 +14,7 @@ from __future__ import annotations
 from django.db import connection, transaction
 
 from benchkit.execution.outcome import RunOutcome
+from benchkit.measure.categories import category_figures
 from benchkit.measure.gpu_samples import encode_telemetry
 from benchkit.measure.logs import encode_logs
 from benchkit.measure.outputs import encode_outputs
@@ -84,7 +85,7 @@ def store_outcome(run: Run, outcome: RunOutcome, *, origin: str | None = None, n
             store_metrics(run, outcome.metrics, spec_source=outcome.spec_source, distributions=outcome.distributions,
                           source_tool=outcome.source_tool, definitions=outcome.definitions, extra=outcome.extra,
                           efficiency=outcome.efficiency, gpu_check=outcome.gpu_check,
-                          client_headroom=outcome.client_headroom)
+                          client_headroom=outcome.client_headroom, categories=run_categories(outcome))
         teardown = outcome.teardown
         if teardown and not teardown.get("clean", True):
             outside = teardown.get("outside") or {}
@@ -92,6 +93,16 @@ def store_outcome(run: Run, outcome: RunOutcome, *, origin: str | None = None, n
                              + (f"; {' '.join(outside.get('argv') or [])}: {outside.get('output')}"
                                 if outside and not outside.get("clean") else ""))
     return run
+
+
+def run_categories(outcome: RunOutcome) -> list[dict]:
+    """The run's figures per prompt category (benchkit.measure.categories.category_figures over
+    its request logs and window, as dicts), or [] when no request carries a category (or there
+    are no logs: an imported file)."""
+    logs = outcome.logs
+    if not logs or not any(r.category for r in logs) or outcome.window_end_ns <= outcome.window_start_ns:
+        return []
+    return [f.to_dict() for f in category_figures(logs, outcome.window_start_ns, outcome.window_end_ns)]
 
 
 def _binary_write() -> bool:

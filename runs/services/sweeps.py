@@ -6,6 +6,7 @@ import logging
 from datetime import date
 from pathlib import Path
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from benchkit import config_record
@@ -83,7 +84,9 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
     The hosts are target_hosts(spec, host, hosts): several hosts each run the whole grid, the
     sweep belongs to the first (its series), every run records its own host. GPUs are planned per
     host from that host's latest hardware snapshot (every run of one TP degree on one host gets
-    the same GPUs). Raises sweepfile.SweepError when placeholders are left unresolved,
+    the same GPUs). Raises sweepfile.SweepError when placeholders are left unresolved or a
+    categorized dataset is refused (spec.check_datasets: its `file:line: field: reason`; a file
+    missing here is left to the worker's preflight when a target host is another machine),
     sweepfile.PointsRefused (a SweepError) listing every TP degree a host cannot hold (more GPUs
     than it has, a pinned GPU it lacks, a NUMA crossing the file forbids; each as `file:line:
     field: host NAME: reason`), and BrokerUnavailable when runs are to be queued but the broker
@@ -106,6 +109,8 @@ def create_sweep(spec: sweepfile.SweepSpec, host: Host | None, source: str, enqu
     if enqueue:
         check_broker()
     planned: list[tuple[Host, list[RunSpec]]] = [(h, fit.runs) for h, fit in fits]
+    local = all(h.name == settings.DRAFTBOARD_HOST for h in targets)
+    spec.check_datasets([r for _, specs in planned for r in specs], missing_ok=not local)
     twin_plans = {h.pk: [(specs[i], p) for i, p in plan_twins(spec, h, specs) if p.spec is not None]
                   for h, specs in planned}
     runspecs = [r for _, specs in planned for r in specs]

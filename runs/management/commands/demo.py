@@ -24,7 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from benchkit.compare import verdicts
+from benchkit.compare import categories, verdicts
 from benchkit.compare.speedups import AUTO, DECODE, END_TO_END, Ratio, compute_speedups
 from benchkit.engines.demo_models import build_demo_models, read_marker
 from runs import localstack, selectors
@@ -218,6 +218,38 @@ class Command(BaseCommand):
                 v = verdicts.verdict([sp for sp in speedups if (sp.point.concurrency, sp.point.tp) == (conc, tp)],
                                      fig, by_run)
                 out.write(f"Verdict at TP{tp}, concurrency {conc} ({fig.title}): {v.sentence}")
+        self._category_summary(sweep, kept)
+
+    def _category_summary(self, sweep: Sweep, kept: list) -> None:
+        """Print the category x configuration matrix (benchkit.compare.categories) of each TP
+        degree and concurrency, the sweep page's default figure, with one sentence per category
+        and what the all-prompts verdict pools; nothing for a sweep without categories."""
+        by_run = selectors.category_figures(sweep.pk)
+        cells: dict[tuple, list] = {}
+        for p in kept:
+            if p.run_id in by_run:
+                cells.setdefault((p.tp, p.concurrency, p.output_len, p.temperature), []).append(p)
+        out = self.stdout
+        for (tp, conc, out_len, temp), ps in sorted(cells.items()):
+            m = categories.category_matrix(ps, by_run, verdicts.figure_for("auto", conc))
+            if m is None:
+                continue
+            out.write("")
+            out.write(f"Per category at TP{tp}, concurrency {conc}, output {out_len}, temperature {temp:g} "
+                      f"({m.figure.title} vs auto [95% CI]; tau on the category's prompts):")
+            width = max(len(r.category) for r in m.rows)
+            out.write(f"{'category':<{width}} {'req':>4}  " + "  ".join(f"{lab:>26}" for lab in m.labels))
+            for r in m.rows:
+                cells_text = []
+                for c in r.cells:
+                    ratio, tau = c["ratio"], c["tau"]
+                    text = _ratio(ratio) if ratio is not None else "-"
+                    text += ("*" if c["winner"] else "") + (f" t{tau:.2f}" if tau is not None else "")
+                    cells_text.append(f"{text:>26}")
+                out.write(f"{r.category:<{width}} {r.requests:>4}  " + "  ".join(cells_text))
+            for r in m.rows:
+                out.write(f"  {r.sentence}")
+            out.write(f"  All prompts: {m.pooled_note}.")
 
 
 def _ratio(r: Ratio) -> str:
