@@ -23,7 +23,7 @@ from runs.models import ACTIVE_STATES, RunState
 from runs.selectors import counted_points
 
 #: Figures of the sweep page, in page order (each drawn into the element `fig-<key>`).
-SWEEP_FIGURES = ("speedup", "decomposition", "tp_scaling", "tradeoff")
+SWEEP_FIGURES = ("speedup", "decomposition", "tp_scaling", "tradeoff", "temperature")
 #: Columns of the point table data.json gives with `?points=1`: the run, its configuration's
 #: label, where it sits in the grid (benchkit.point.SHAPE_FIELDS), its repeat and its figures.
 POINT_TABLE = ("run_id", "label", *SHAPE_FIELDS, "repeat_index", *figures.POINT_METRICS)
@@ -97,6 +97,9 @@ def sweep_figures(points: list[Point], selection: Selection) -> tuple[dict[str, 
                                                       excluded=excluded),
         "tp_scaling": figures.tp_scaling_figure(shown, excluded=excluded),
         "tradeoff": figures.tradeoff_figure(shown, excluded=excluded),
+        "temperature": figures.temperature_figure(
+            [p for p in points if p.run_id not in reasons and (selection.shows(p) or p.label == selection.baseline)],
+            speedups if selection.baseline == "auto" else (), excluded=excluded),
     }
     return figs, speedups
 

@@ -752,6 +752,67 @@ def tradeoff_figure(points: list[Point], excluded: Sequence[tuple[Point, str]] =
     return _figure(data, _layout(410, annotations=annotations, **layout), title, subtitle)
 
 
+def temperature_figure(points: list[Point], speedups: Iterable[Speedup] = (),
+                       excluded: Sequence[tuple[Point, str]] = ()) -> dict[str, Any]:
+    """Acceptance length (tau, tokens per verify step) and decode speedup vs the sampling
+    temperature (the `grid.temperature` axis), one curve per configuration, at the lowest TP
+    degree and concurrency and the largest output length of `points`: medians over repeats;
+    the speedups (`speedups`: compute_speedups with DECODE, the baseline's matched run at the same
+    temperature) with their 95 % interval as error bars where there are >= 3 repeats.
+
+    Empty with a reason when only one temperature is measured. `excluded` are counted in the
+    caption, never drawn."""
+    title = "Acceptance length and decode speedup vs temperature"
+    if not points:
+        return empty(title, nothing_counted(excluded))
+    temps = sorted({p.temperature for p in points})
+    if len(temps) < 2:
+        return empty(title, f"One temperature only ({temps[0]:g}): list several in grid.temperature, e.g. "
+                            "[0.0, 0.7, 1.0], to see how sampling moves acceptance and speed.")
+    tp, conc = min(p.tp for p in points), lowest(p.concurrency for p in points)
+    out_len = highest(p.output_len for p in points)
+    cell = [p for p in points if (p.tp, p.concurrency, p.output_len) == (tp, conc, out_len)]
+    colours = config_colours(points)
+    layout, refs = _grid(1, 2, shared_x=True, hgap=0.1)
+    data, annotations = [], []
+    by: dict[str, dict[float, list[Point]]] = defaultdict(lambda: defaultdict(list))
+    for p in cell:
+        by[p.label][p.temperature].append(p)
+    sp_by = {(sp.label, sp.point.temperature): sp for sp in speedups
+             if (sp.point.tp, sp.point.concurrency, sp.point.output_len) == (tp, conc, out_len)}
+    (x1, y1), (x2, y2) = refs[0]
+    for lab in ordered_labels(cell):
+        ts = sorted(by[lab])
+        taus = [median(p.acceptance_length for p in by[lab][t]) for t in ts]
+        runs = [{"runs": [p.run_id for p in by[lab][t]]} for t in ts]
+        if any(v is not None for v in taus) and lab != "auto":
+            data.append({"type": "scatter", "mode": "lines+markers", "name": lab, "legendgroup": lab,
+                         "x": ts, "y": [_num(v, 3) for v in taus], "line": {"color": colours[lab]},
+                         "xaxis": x1, "yaxis": y1, "customdata": runs,
+                         "hovertemplate": f"{lab}<br>temperature %{{x}}<br>tau %{{y:.2f}}<extra></extra>"})
+        ratios = [sp_by[(lab, t)].ratios.get("decode") if (lab, t) in sp_by else None for t in ts]
+        ys = [_num(r.value, 3) if r is not None else None for r in ratios]
+        if any(v is not None for v in ys):
+            err_hi = [_num(r.ci95[1] - r.value, 3) if r is not None and r.ci95 and r.value else None for r in ratios]
+            err_lo = [_num(r.value - r.ci95[0], 3) if r is not None and r.ci95 and r.value else None for r in ratios]
+            data.append({"type": "scatter", "mode": "lines+markers", "name": lab, "legendgroup": lab,
+                         "showlegend": lab == "auto", "x": ts, "y": ys, "line": {"color": colours[lab]},
+                         "error_y": {"type": "data", "array": err_hi, "arrayminus": err_lo, "visible": True},
+                         "xaxis": x2, "yaxis": y2, "customdata": runs,
+                         "hovertemplate": f"{lab}<br>temperature %{{x}}<br>decode speedup %{{y:.2f}}×"
+                                          "<extra></extra>"})
+    layout[_axis(x1)].update(title={"text": "temperature"})
+    layout[_axis(x2)].update(title={"text": "temperature"})
+    layout[_axis(y1)].update(title={"text": "tau (tokens per verify step)"}, rangemode="tozero")
+    layout[_axis(y2)].update(title={"text": "decode speedup vs auto (×)"}, rangemode="tozero")
+    annotations += [_panel_title("acceptance length", x1, y1, layout), _panel_title("decode speedup", x2, y2, layout)]
+    caption = (f"TP{tp}, concurrency {shown(conc)}, {output_tokens(out_len)}: medians over repeats; error bars: "
+               "95% bootstrap CI (>= 3 repeats each side); every request of a run sends the workload's seed")
+    if excluded:
+        caption += f"; {len(excluded)} excluded run{'s' if len(excluded) > 1 else ''} not drawn"
+    return _figure(data, _layout(380, annotations=annotations, **layout), title, caption)
+
+
 # --------------------------------------------------------------------------------------------
 # run page and host page
 

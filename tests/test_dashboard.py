@@ -121,7 +121,7 @@ def test_sweep_page_before_any_run_succeeds_and_of_imported_runs(client):
                                   method="ngram").sweep
     assert client.get(reverse("analysis:sweep_detail", args=[imported.pk])).status_code == 200
     data = client.get(reverse("analysis:sweep_data", args=[imported.pk])).json()
-    assert set(data["figures"]) == {"speedup", "decomposition", "tp_scaling", "tradeoff"}
+    assert set(data["figures"]) == {"speedup", "decomposition", "tp_scaling", "tradeoff", "temperature"}
     run = imported.runs.get()
     html = client.get(reverse("analysis:run_detail", args=[run.pk])).content.decode()
     assert "No sweep file reproduces this run: it was imported" in html
