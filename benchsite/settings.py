@@ -29,6 +29,7 @@ from pathlib import Path
 
 import dj_database_url
 import plotly
+from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 
 from .env import ConfigError, env_bool, env_float, env_header, env_int, env_list, env_nonneg_int, env_origins, env_str
 
@@ -74,6 +75,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -81,6 +83,30 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Content-Security-Policy of every response (django-csp; issue 31; tests/test_csp.py checks every
+# page sends it and that the sweep page's Plotly figures draw under it in Chromium). What the pages
+# load: scripts only from static/ (plotly.min.js, charts.js, sweep.js; the admin's) and one inline
+# script, the report page's, which carries the request's nonce (`request.csp_nonce`); figure
+# data is in json_script blocks (not executed); JSON endpoints and the what-to-run fragment are
+# fetched from the site itself. Styles allow 'unsafe-inline': plotly.js writes <style> rules and
+# style attributes at run time (no nonce possible), the report page has a <style> block and the
+# admin style attributes; scripts never do. data: images are the favicon (`href="data:,"`) and
+# plotly's PNG download; blob: its SVG download.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:", "blob:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 ROOT_URLCONF = "benchsite.urls"
 
