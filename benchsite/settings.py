@@ -275,4 +275,4 @@ DRAFTBOARD_SERVER_ENV_ALLOWLIST = env_list("DRAFTBOARD_SERVER_ENV_ALLOWLIST", [
 DRAFTBOARD_EXTRA_ARGS_ALLOWLIST = env_list("DRAFTBOARD_EXTRA_ARGS_ALLOWLIST", [
     "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--enforce-eager",
     "--mem-fraction-static", "--max-running-requests", "--chunked-prefill-size", "--cuda-graph-max-bs",
-    "--disable-cuda-graph"])
+    "--disable-cuda-graph", "--per-request-spec-decode-metrics"])

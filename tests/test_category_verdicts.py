@@ -115,7 +115,7 @@ def test_category_matrix_names_the_winners_the_costs_imply(tmp_path, monkeypatch
     assert rows["code"].verdict.kind == verdicts.WINNER and rows["code"].verdict.winner.label == a
     assert rows["prose"].verdict.kind == verdicts.WINNER and rows["prose"].verdict.winner.label == b
     assert rows["code"].taus[a] == pytest.approx(3.0, rel=0.1) and rows["prose"].taus[a] == pytest.approx(1.2, rel=0.1)
-    assert m.disagree and "pool 2 categories" in m.pooled_note and "disagree beyond noise" in m.pooled_note
+    assert m.disagree and "pools 2 categories" in m.pooled_note and "disagree beyond noise" in m.pooled_note
 
     # the sweep page shows the matrix and the pooling sentence
     html = client.get(reverse("analysis:sweep_detail", args=[sweep.pk])).content.decode()
@@ -196,7 +196,7 @@ def test_matrix_rules_on_hand_made_points():
     assert rows["code"].verdict.kind == verdicts.WINNER and rows["code"].verdict.winner.label == "ngram k=4"
     assert rows["code"].ratios["ngram k=4"].value == pytest.approx(2.0, rel=0.01)
     assert "too few for a figure" in rows["chat"].sentence and rows["chat"].ratios["ngram k=4"].value is None
-    assert not m.disagree and "pool 2 categories" in m.pooled_note
+    assert not m.disagree and "pools 2 categories" in m.pooled_note
     assert cm.category_matrix(pts, {}, DECODE) is None
     single = cm.category_matrix([p for p in pts if p.repeat_index == 0], figs, DECODE)
     assert {r.category: r.verdict.kind for r in single.rows}["code"] == verdicts.SINGLE

@@ -234,9 +234,12 @@ def test_demo_with_port_8000_taken(tmp_path, demo_models):
         db = sqlite3.connect(var / "draftboard.sqlite3")
         rows = db.execute("select state, server_port from runs_run").fetchall()
         n_runs = load_sweep_file(REPO / "sweeps" / "demo.yaml",
-                                 variables={"demo_target": "t", "demo_draft": "d"}).n_runs()
+                                 variables={"demo_target": "t", "demo_draft": "d", "demo_prompts": "p"}).n_runs()
         assert len(rows) == n_runs and {s for s, _ in rows} == {"succeeded"}
         assert "decode speedup" in ok.stdout and "lossless" in ok.stdout  # the demo's table
+        # issue 33: real text in three categories, the category matrix and one sentence each
+        assert "Per category at TP1, concurrency 1" in ok.stdout
+        assert all(f"  on {cat}: " in ok.stdout for cat in ("code", "prose", "structured")), ok.stdout[-3000:]
         if held is not None:  # we held 8000 throughout: every server was given another port
             assert 8000 not in {p for _, p in rows}
         sweep = tmp_path / "pinned.yaml"

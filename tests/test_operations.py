@@ -281,7 +281,8 @@ def _staff(username: str, *perms: str) -> User:
 
 def _yaml(env: str = "", extra: str = "") -> str:
     text = (SWEEPS / "demo.yaml").read_text()
-    text = text.replace("{demo_target}", "/models/t").replace("{demo_draft}", "/models/d")
+    text = text.replace("{demo_target}", "/models/t").replace("{demo_draft}", "/models/d").replace(
+        "{demo_prompts}", str(Path(__file__).parent / "fixtures" / "datasets" / "demo_categories.jsonl"))
     args = '["--gpu-memory-utilization", "0.2", "--enforce-eager"]'
     assert args in text and '    VLLM_CPU_KVCACHE_SPACE: "1"' in text, "demo.yaml changed: update _yaml"
     return text.replace('    VLLM_CPU_KVCACHE_SPACE: "1"', '    VLLM_CPU_KVCACHE_SPACE: "1"' + env).replace(
@@ -325,7 +326,8 @@ def test_allowlisted_overrides_are_stored_with_who_in_the_audit_trail(client):
     assert sweep.created_by == "maker" and sweep.runs.count() == planned
     note = RunTransition.objects.filter(run__sweep=sweep).values_list("note", flat=True).first()
     assert note == ("created by maker (admin); server.env {'VLLM_CPU_KVCACHE_SPACE': '1'}; "
-                    "extra args ['--gpu-memory-utilization', '0.2', '--enforce-eager']")
+                    "extra args ['--gpu-memory-utilization', '0.2', '--enforce-eager', "
+                    "'--per-request-spec-decode-metrics', 'summary']")
 
 
 def test_a_superuser_may_use_any_override_and_it_is_marked(admin_client):

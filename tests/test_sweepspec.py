@@ -26,7 +26,8 @@ from benchkit.sweeps.sweepfile import (
 from tests.test_allocation import h200_inventory, pcie8_inventory
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
-DEMO_VARS = {"demo_target": "/tmp/demo/target", "demo_draft": "/tmp/demo/draft"}
+DEMO_VARS = {"demo_target": "/tmp/demo/target", "demo_draft": "/tmp/demo/draft",
+             "demo_prompts": str(Path(__file__).parent / "fixtures" / "datasets" / "demo_categories.jsonl")}
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -67,7 +68,7 @@ def test_users_grid_expands_to_36_runs():
 
 def test_demo_sweep_substitutes_placeholders():
     raw = load_sweep_file(SWEEPS / "demo.yaml")
-    assert raw.placeholders() == {"demo_target", "demo_draft"}
+    assert raw.placeholders() == {"demo_target", "demo_draft", "demo_prompts"}
     spec = load_sweep_file(SWEEPS / "demo.yaml", variables=DEMO_VARS)
     assert spec.placeholders() == set()
     runs = spec.expand()
@@ -82,9 +83,12 @@ def test_demo_sweep_substitutes_placeholders():
         r.server.load_format != "dummy" and r.server.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} for r in runs
     )
     assert all(
-        r.workload.ignore_eos and r.workload.output_len == 128 and r.workload.num_prompts == 16
+        r.workload.ignore_eos and r.workload.output_len == 128 and r.workload.num_prompts == 18
         and r.workload.temperature == 0.0 for r in runs
     )
+    # real text in three categories, 6 prompts each (issue 33); the file is checked before any server
+    assert {(r.workload.dataset, r.workload.prompts_per_category) for r in runs} == {("jsonl", 6)}
+    assert spec.check_datasets() == 1
     assert {r.port for r in runs} == {None}  # no `port:` in the file: free ports are chosen at run time
 
 

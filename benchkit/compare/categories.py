@@ -130,7 +130,7 @@ def category_matrix(points: Sequence[Point], figures_by_run: Mapping[int, Sequen
     winners = {r.verdict.winner.label for r in rows if r.verdict.kind == verdicts.WINNER and r.verdict.winner}
     disagree = len(winners) > 1
     cats = ", ".join(r.category for r in rows)
-    note = f"the all-prompts figures pool {len(rows)} categories ({cats})"
+    note = f"pools {len(rows)} categories ({cats})"
     if disagree:
         note += f"; the categories disagree beyond noise ({', '.join(sorted(winners))} each win one): " \
                 "choose by your traffic's category"

@@ -27,6 +27,8 @@ from tqdm import tqdm
 from benchkit.compare import categories, verdicts
 from benchkit.compare.speedups import AUTO, DECODE, END_TO_END, Ratio, compute_speedups
 from benchkit.engines.demo_models import build_demo_models, read_marker
+from benchkit.engines.demo_prompts import CATEGORIES as DEMO_CATEGORIES
+from benchkit.engines.demo_prompts import write_demo_dataset
 from runs import localstack, selectors
 from runs.models import LosslessCheck, Sweep
 from runs.services import lossless, sweeps
@@ -50,6 +52,11 @@ WHAT_TO_DO = {
                         "on the run page",
     "config_error": "the sweep cannot become a command line: fix the sweep or flags file as the message says",
 }
+
+
+#: Prompts written per category of the demo's dataset (sweeps/demo.yaml samples 6 of each; the
+#: warmup requests take two of the rest).
+DEMO_PROMPTS_PER_CATEGORY = 8
 
 
 class Command(BaseCommand):
@@ -84,9 +91,14 @@ class Command(BaseCommand):
         for name, argv in localstack.service_argvs(host.name, opts["web"], var).items():
             pid, started = localstack.ensure_process(name, argv, var, cwd=Path(settings.BASE_DIR))
             out.write(f"{name}: pid {pid} ({'started' if started else 'already running, reused'})")
+        prompts = write_demo_dataset(var / "demo" / "prompts.jsonl", per_category=DEMO_PROMPTS_PER_CATEGORY,
+                                     tokenizer=demo.target)
+        out.write(f"demo prompts: {prompts} ({DEMO_PROMPTS_PER_CATEGORY} each of {', '.join(DEMO_CATEGORIES)}; "
+                  "real text the target never trained on)")
         sweep = sweeps.create_sweep_from_file(
             opts["sweep_file"], host_name=host.name,
-            substitutions={"demo_target": str(demo.target), "demo_draft": str(demo.draft)})
+            substitutions={"demo_target": str(demo.target), "demo_draft": str(demo.draft),
+                           "demo_prompts": str(prompts)})
         url = f"http://{opts['web']}"
         out.write(f"sweep {sweep.pk} queued: {sweep.runs.count()} runs on queue {host.queue}")
         if not opts["no_wait"]:
@@ -238,18 +250,18 @@ class Command(BaseCommand):
             out.write(f"Per category at TP{tp}, concurrency {conc}, output {out_len}, temperature {temp:g} "
                       f"({m.figure.title} vs auto [95% CI]; tau on the category's prompts):")
             width = max(len(r.category) for r in m.rows)
-            out.write(f"{'category':<{width}} {'req':>4}  " + "  ".join(f"{lab:>26}" for lab in m.labels))
+            out.write(f"{'category':<{width}} {'req':>4}  " + "  ".join(f"{lab:>27}" for lab in m.labels))
             for r in m.rows:
                 cells_text = []
                 for c in r.cells:
                     ratio, tau = c["ratio"], c["tau"]
                     text = _ratio(ratio) if ratio is not None else "-"
                     text += ("*" if c["winner"] else "") + (f" t{tau:.2f}" if tau is not None else "")
-                    cells_text.append(f"{text:>26}")
+                    cells_text.append(f"{text:>27}")
                 out.write(f"{r.category:<{width}} {r.requests:>4}  " + "  ".join(cells_text))
             for r in m.rows:
                 out.write(f"  {r.sentence}")
-            out.write(f"  All prompts: {m.pooled_note}.")
+            out.write(f"  All prompts: the verdict above {m.pooled_note}.")
 
 
 def _ratio(r: Ratio) -> str:
