@@ -4,7 +4,7 @@ nightly series.
 
     .venv/bin/python benchmarks/history_budget.py \\
         [--database-url postgres://postgres@127.0.0.1:5432/draftboard_hist_bench] \\
-        [--levels 10000,100000,1000000] [--rounds 20] [--live-too] [--measure-only]
+        [--levels 10000,100000,1000000] [--rounds 20] [--live-too] [--measure-only] [--categories 11]
 
 The database named in the URL is dropped and created afresh (it must not be one you use).
 Nightly sweeps have the users' grid axes (TP 1/4/8 x auto/linear/DDTree b15/b16/b32/b64),
@@ -82,6 +82,9 @@ LEVELS = {
     1000000: [("widest", 2, 304), ("wide", NIGHTS, 0)],
 }
 P95_TARGET_MS, BYTES_TARGET = 150.0, 500_000
+#: SPEED-Bench's qualitative categories: `--categories N` stores the first N on every run (issue 33).
+CATEGORY_NAMES = ("coding", "humanities", "math", "multilingual", "qa", "rag", "reasoning", "roleplay", "stem",
+                  "summarization", "writing")
 
 
 def recreate_database(url: str) -> None:
@@ -96,11 +99,14 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def seed(level: int, rng: np.random.Generator) -> dict:
+def seed(level: int, rng: np.random.Generator, categories: int = 0) -> dict:
     """Store the level's eras of one nightly series (LEVELS: each era's first night and its
     other ORM nights by bulk_create, its copies by PostgreSQL), then judge the last night.
     Returns ids: "sweeps" (the shown era's nights, oldest first), "widest" (the last two ORM
-    nights of a "widest" era, when the level has one), host, series, detection time and flags."""
+    nights of a "widest" era, when the level has one), host, series, detection time and flags.
+    `categories` > 0: every run is on a SPEED-Bench dataset and stores figures for that many
+    categories (RunMetrics.categories, as runs.services.outcomes writes them), so the sweep page
+    draws its category matrices."""
     import dataclasses
 
     from django.db import connection
@@ -141,7 +147,11 @@ def seed(level: int, rng: np.random.Generator) -> dict:
                          gpus=gpus[tp], repeat_index=r)
                  for tp in (1, 4, 8) for method, budget in METHODS for c in conc for o in outs for i in ins
                  for r in range(repeats)]
-        return [(s, s.to_dict(), run_fields(s), s.point_key()) for s in specs]
+        out = [(s, s.to_dict(), run_fields(s), s.point_key()) for s in specs]
+        if categories:
+            for _, _, fields, _ in out:
+                fields["dataset"] = "speed_bench:/data/speed-bench"
+        return out
 
     numeric = [f for f in METRIC_FIELDS if f.kind in (int, float)]
     log_tail = ("INFO sglang server ready; " * 80)[:2000]
@@ -167,7 +177,15 @@ def seed(level: int, rng: np.random.Generator) -> dict:
             values.update(output_throughput_tok_s=tok, median_tpot_ms=1000.0 * run.concurrency / tok,
                           median_ttft_ms=60.0 + run.input_len / 20, acceptance_length=TAU.get(label),
                           per_position_acceptance_rate=[0.8, 0.6, 0.5, 0.4])
-            rows.append(RunMetrics(run=run, spec_source="sglang", **values, distributions={
+            cats = [{"category": name, "requests": 8, "completed": 8, "failed": 0,
+                     "median_ttft_ms": values["median_ttft_ms"], "median_itl_ms": values["median_tpot_ms"],
+                     "median_tpot_ms": values["median_tpot_ms"] * float(rng.uniform(0.8, 1.25)),
+                     "output_tokens": 8 * run.output_len, "output_throughput_tok_s": tok / categories,
+                     "output_share": 1 / categories, "tau_request_weighted": TAU.get(label),
+                     "tau_token_weighted": TAU.get(label), "spec_requests": 0 if label == "auto" else 8,
+                     "acceptance_per_position": [0.8, 0.6, 0.5, 0.4], "mean_decode_tokens_per_chunk": 2.0}
+                    for name in CATEGORY_NAMES[:categories]]
+            rows.append(RunMetrics(run=run, spec_source="sglang", **values, categories=cats, distributions={
                 k: [round(float(x), 3) for x in rng.gamma(2, 5, 64)] for k in ("ttft_ms", "itl_ms", "icl_ms",
                                                                               "tokens_per_chunk")}))
         RunMetrics.objects.bulk_create(rows, batch_size=2000)
@@ -337,6 +355,9 @@ def main() -> int:
                     help="measure the database as the last run left it (no drop, no seeding)")
     ap.add_argument("--live-too", action="store_true",
                     help="measure each level a second time without the stored summaries (pages read every run)")
+    ap.add_argument("--categories", type=int, default=0, choices=range(len(CATEGORY_NAMES) + 1),
+                    metavar=f"0..{len(CATEGORY_NAMES)}",
+                    help="store figures for this many prompt categories on every run (issue 33: 11 = SPEED-Bench)")
     ap.add_argument("--keep-summaries", action="store_true",
                     help="with --measure-only: keep the stored summaries as they are (else rebuilt first)")
     args = ap.parse_args()
@@ -375,7 +396,7 @@ def main() -> int:
             ids = {"sweeps": sweeps, "widest": widest, "host": "ws-pcie8", "series": "users-grid-wide",
                    "detect_ms": float("nan"), "flags": RegressionFlag.objects.count(), "runs": level}
         else:
-            ids = seed(level, rng)
+            ids = seed(level, rng, args.categories)
         seed_s = time.perf_counter() - t0
         build_s = float("nan") if args.measure_only and args.keep_summaries else build_summaries()
         eras = "measured as stored" if args.measure_only else " then ".join(

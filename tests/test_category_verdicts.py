@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -61,6 +62,70 @@ def sweep_doc(model, data: str) -> dict:
     }
 
 
+def assert_categories_are_the_logs(r: Run, categories: list[str], per_category: int) -> None:
+    """The run's stored figures per category equal a hand computation from its stored request
+    logs: requests, median TPOT ((last token message - first) / (output tokens - 1), MEASUREMENT.md),
+    output tokens, and tau (1 + accepted / verify steps of the per-request spec figures)."""
+    blob = RequestLogBlob.objects.get(run=r)
+    logs = [x for x in decode_logs(bytes(blob.data)) if not x.warmup]
+    stored = {c["category"]: c for c in r.metrics.categories}
+    assert sorted(stored) == categories
+    for cat, figs in stored.items():
+        mine = [x for x in logs if x.category == cat]
+        assert figs["requests"] == len(mine) == per_category
+        tpots, tokens = [], 0
+        for x in mine:
+            times = [e.t_ns for e in x.events if e.tokens > 0]
+            n = x.completion_tokens if x.completion_tokens is not None else sum(e.tokens for e in x.events)
+            tpots.append((times[-1] - times[0]) / 1e6 / (n - 1))
+            tokens += n
+        assert figs["median_tpot_ms"] == pytest.approx(statistics.median(tpots), rel=1e-9)
+        assert figs["output_tokens"] == tokens == per_category * OUT
+        if r.method != "auto":
+            steps = sum(x.spec_steps for x in mine)
+            accepted = sum(x.spec_accepted_tokens for x in mine)
+            assert figs["tau_token_weighted"] == pytest.approx(1 + accepted / steps, rel=1e-9)
+        else:
+            assert figs["tau_token_weighted"] is None and figs["spec_requests"] == 0
+
+
+def _run_sweep(spec_doc: dict, host_name: str) -> list[Run]:
+    host = get_or_create_host(host_name)
+    record_inventory(host, HostInventory(hostname=host_name, gpus=[]))
+    sweep = create_sweep(parse_sweep(spec_doc, source=f"test:{host_name}"), host, source="test", enqueue=False)
+    for group in dispatch.server_groups(list(Run.objects.filter(sweep=sweep).order_by("id"))):
+        execution.execute_group(group)
+    gc.collect()
+    runs = list(Run.objects.filter(sweep=sweep).select_related("metrics").order_by("id"))
+    assert [r.state for r in runs] == [RunState.SUCCEEDED] * len(runs), [(r.failure_reason, r.failure_message)
+                                                                          for r in runs]
+    return runs
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("kind", "fixture", "cats"), [
+    ("speed_bench", "speed_bench_qualitative.jsonl", ["coding", "math", "writing"]),
+    ("mt_bench", "spec_bench_question.jsonl", ["coding", "math_reasoning", "writing"]),
+])
+def test_speed_bench_and_mt_bench_files_store_figures_per_category(kind, fixture, cats, tmp_path, monkeypatch,
+                                                                   settings):
+    """A SPEED-Bench-layout and an MT-Bench-layout file (tests/fixtures/datasets, to the real
+    schemas) through the real runner: every request keeps its file's category and the stored
+    figures per category equal the hand computation from the request logs."""
+    monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(SYNTHETIC_FLAGS))
+    settings.DRAFTBOARD_RUNS_DIR = str(tmp_path / "runs")
+    monkeypatch.setattr(dispatch, "enqueue_lossless", lambda sid, q: None)
+    monkeypatch.setattr(dispatch, "enqueue_detection", lambda sid, q: None)
+    model = synthetic_model(tmp_path)
+    doc = sweep_doc(model, str(Path(__file__).parent / "fixtures" / "datasets" / fixture))
+    doc["grid"]["methods"] = doc["grid"]["methods"][:2]
+    doc["workload"].update(dataset=kind, prompts_per_category=2, num_prompts=6, warmup_requests=1)
+    doc["repeats"] = 1
+    for r in _run_sweep(doc, f"{kind.replace('_', '-')}-box"):
+        assert r.dataset.startswith(f"{kind}:")
+        assert_categories_are_the_logs(r, cats, 2)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_category_matrix_names_the_winners_the_costs_imply(tmp_path, monkeypatch, settings, client, admin_user):
     monkeypatch.setenv("DRAFTBOARD_ENGINE_FLAGS", str(SYNTHETIC_FLAGS))
@@ -68,37 +133,12 @@ def test_category_matrix_names_the_winners_the_costs_imply(tmp_path, monkeypatch
     monkeypatch.setattr(dispatch, "enqueue_lossless", lambda sid, q: None)
     monkeypatch.setattr(dispatch, "enqueue_detection", lambda sid, q: None)
     model = synthetic_model(tmp_path)
-    host = get_or_create_host("cat-box")
-    record_inventory(host, HostInventory(hostname="cat-box", gpus=[]))
-    spec = parse_sweep(sweep_doc(model, dataset(tmp_path / "prompts.jsonl")), source="test:categories")
-    sweep = create_sweep(spec, host, source="test", enqueue=False)
-    for group in dispatch.server_groups(list(Run.objects.filter(sweep=sweep).order_by("id"))):
-        execution.execute_group(group)
-    gc.collect()
-    runs = list(Run.objects.filter(sweep=sweep).select_related("metrics").order_by("id"))
-    assert [r.state for r in runs] == [RunState.SUCCEEDED] * 9, [(r.failure_reason, r.failure_message) for r in runs]
+    runs = _run_sweep(sweep_doc(model, dataset(tmp_path / "prompts.jsonl")), "cat-box")
+    assert len(runs) == 9
+    sweep = runs[0].sweep
 
-    # stored per-category figures = a hand computation from the stored request logs
-    for r in runs:
-        blob = RequestLogBlob.objects.get(run=r)
-        logs = [x for x in decode_logs(bytes(blob.data)) if not x.warmup]
-        stored = {c["category"]: c for c in r.metrics.categories}
-        assert sorted(stored) == ["code", "prose"]
-        for cat, figs in stored.items():
-            mine = [x for x in logs if x.category == cat]
-            assert figs["requests"] == len(mine) == PER_CATEGORY
-            tpots, tokens = [], 0
-            for x in mine:  # TPOT: (last token message - first) / (output tokens - 1), MEASUREMENT.md
-                times = [e.t_ns for e in x.events if e.tokens > 0]
-                n = x.completion_tokens if x.completion_tokens is not None else sum(e.tokens for e in x.events)
-                tpots.append((times[-1] - times[0]) / 1e6 / (n - 1))
-                tokens += n
-            assert figs["median_tpot_ms"] == pytest.approx(statistics.median(tpots), rel=1e-9)
-            assert figs["output_tokens"] == tokens == PER_CATEGORY * OUT
-            if r.method != "auto":
-                steps = sum(x.spec_steps for x in mine)
-                accepted = sum(x.spec_accepted_tokens for x in mine)
-                assert figs["tau_token_weighted"] == pytest.approx(1 + accepted / steps, rel=1e-9)
+    for r in runs:  # stored per-category figures = a hand computation from the stored request logs
+        assert_categories_are_the_logs(r, ["code", "prose"], PER_CATEGORY)
 
     points = counted_points(runs)
     by_run = category_figures(sweep.pk)
