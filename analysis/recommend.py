@@ -34,6 +34,11 @@ from benchkit.compare.costmodel import (
 )
 from benchkit.methods import METHODS
 
+#: The figures the cost model reads from each point: the sweep page's "what to run" panel and
+#: `manage.py recommend` load exactly these (issue 32: the panel once lacked the per-position
+#: acceptance the command fitted, and the two ranked differently).
+POINT_FIELDS = ("median_tpot_ms", "acceptance_length", "per_position_acceptance_rate")
+
 #: How many candidates the panel and the command list per (TP, B).
 TOP = 5
 

@@ -86,6 +86,11 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "analysis/sweep_detail.html", ctx)
 
 
+#: What the "what to run" fragment loads: the page's figures and the cost model's (the same
+#: fields `manage.py recommend` reads, analysis.recommend.POINT_FIELDS).
+WHAT_TO_RUN_FIELDS = tuple(dict.fromkeys((*figures.SWEEP_POINT_FIELDS, *recommend.POINT_FIELDS)))
+
+
 def sweep_what_to_run(request: HttpRequest, pk: int) -> HttpResponse:
     """The sweep page's ceilings figure and "what to run" panel (analysis.ceilings,
     analysis.recommend) as an HTML fragment for the same query parameters as the page, which
@@ -93,7 +98,7 @@ def sweep_what_to_run(request: HttpRequest, pk: int) -> HttpResponse:
     model for every (TP, concurrency) costs more than the rest of the page."""
     sweep = get_object_or_404(Sweep.objects.only("id", "name", "is_demo"), pk=pk)
     try:
-        _, _, points = _sweep_points(request, pk)
+        _, _, points = _sweep_points(request, pk, WHAT_TO_RUN_FIELDS)
     except QueryError as exc:
         return bad_query(exc)
     if not points:

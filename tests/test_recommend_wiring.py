@@ -112,3 +112,33 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         run_cmd(sweep.pk, "--tp", 8, "--concurrency", 16, "--write-sweep", tmp_path / "no/such/dir/x.yaml")
     with pytest.raises(CommandError, match="Is a directory"):
         run_cmd(sweep.pk, "--tp", 8, "--concurrency", 16, "--write-sweep", tmp_path)
+
+
+def test_panel_and_command_give_the_same_rows_with_per_position_acceptance(client):
+    """Issue 32: the what-to-run panel and `manage.py recommend` read the same fields
+    (analysis.recommend.POINT_FIELDS), so with per-position acceptance stored they give the same
+    rows and figures (the panel once lacked per_position_acceptance_rate and ranked otherwise)."""
+    from analysis import recommend as rec
+    from runs import selectors
+    from runs.ceilings import ceiling_inputs
+    from runs.models import Run, RunMetrics
+    from runs.services import summaries
+
+    sweep = make_users_grid()
+    seed()
+    # a chain drafter at k=4 (the demo's draft_model): per-position acceptance predicts other k
+    Run.objects.filter(sweep=sweep, method="linear").update(method="draft_model", num_speculative_tokens=4)
+    RunMetrics.objects.filter(run__sweep=sweep, run__method="draft_model").update(
+        per_position_acceptance_rate=[0.9, 0.7, 0.55, 0.4], acceptance_length=3.55)
+    summaries.mark_stale([sweep.pk])
+    resp = client.get(reverse("analysis:sweep_what_to_run", args=[sweep.pk]))
+    panel = resp.context["what_to_run"]
+    points = selectors.figure_points(sweep.pk, rec.POINT_FIELDS, None)
+    assert points and all(p.per_position_acceptance_rate for p in points if p.method == "draft_model")
+    inputs = ceiling_inputs({p.model for p in points} | {p.drafter for p in points}, {p.host_id for p in points})
+    command = rec.panel_context(points, inputs)
+    assert [(e["tp"], e["concurrency"], e["rows"]) for e in panel] == \
+        [(e["tp"], e["concurrency"], e["rows"]) for e in command]
+    text = run_cmd(sweep.pk, "--tp", 4, "--concurrency", 8)
+    first = next(e for e in panel if (e["tp"], e["concurrency"]) == (4, 8))["rows"][0]
+    assert f"{first['label']:<16}" in text and f"{first['speedup']:>9.2f}" in text

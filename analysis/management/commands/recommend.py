@@ -15,9 +15,6 @@ from runs import selectors
 from runs.ceilings import ceiling_inputs
 from runs.models import Sweep
 
-#: The figures the cost model reads from each point.
-FIELDS = ("median_tpot_ms", "acceptance_length", "per_position_acceptance_rate")
-
 
 def _positive(text: str) -> int:
     """A whole number >= 1 (argparse type); ArgumentTypeError otherwise."""
@@ -49,7 +46,7 @@ class Command(BaseCommand):
         if sweep is None:
             raise CommandError(f"no sweep {opts['sweep']}")
         chosen = {"output_len": [opts["output_len"]]} if opts["output_len"] is not None else {}
-        points = selectors.figure_points(sweep.pk, FIELDS, None, **chosen)
+        points = selectors.figure_points(sweep.pk, recommend.POINT_FIELDS, None, **chosen)
         if not points:
             raise CommandError(f"sweep {sweep.pk} has no counted run"
                                + (f" of output length {opts['output_len']}" if chosen else ""))
