@@ -202,41 +202,61 @@ def headline(speedups: list[Speedup], points: list[Point], selection: Selection)
             "baseline": selection.baseline, "choice": verdicts.choice_sentence(selection.speedup)}
 
 
-#: Most category matrices one sweep page shows (one per TP degree, concurrency and temperature).
-MAX_CATEGORY_CELLS = 6
+#: Most category matrices one sweep page shows (one per TP degree, concurrency and temperature:
+#: the lowest concurrency first, each TP; the filters narrow to others).
+MAX_CATEGORY_CELLS = 3
 
 
-def category_section(points: list[Point], figures_by_run: dict[int, list[dict[str, Any]]],
-                     selection: Selection) -> dict[str, Any] | None:
-    """The sweep page's verdicts per prompt category (benchkit.compare.categories.category_matrix):
-    one matrix per (TP, concurrency, temperature) cell at the headline's output length, ranked by
-    the headline's figure for that concurrency, over the points that may feed a verdict; None
-    when no run has categories. {"output_len", "matrices": [CategoryMatrix with `cell`
-    {"tp", "concurrency", "temperature"}], "more": cells left out (MAX_CATEGORY_CELLS),
-    "pooled_note": what the all-prompts headline pools (a disagreeing matrix's note first),
-    "disagree": some cell's categories name different winners beyond noise}."""
-    if not figures_by_run:
-        return None
+def category_cells(points: list[Point], selection: Selection) -> dict[str, Any] | None:
+    """The cells the sweep page's category matrices are drawn for: (TP, concurrency,
+    temperature) at the headline's output length, over the points that may feed a verdict, the
+    first MAX_CATEGORY_CELLS of them (lowest concurrency, then temperature, then TP); None when
+    no point is on a dataset (random prompts have no category). {"output_len", "cells": [((tp,
+    concurrency, temperature), [Point])], "more": cells left out, "run_ids": the runs whose
+    category figures the matrices need}."""
     kept = [p for p in verdicts.split_excluded(points)[0]
-            if selection.shows(p) or p.label == selection.baseline]
+            if p.dataset != "random" and (selection.shows(p) or p.label == selection.baseline)]
     if not kept:
         return None
     out_len = figures.highest(p.output_len for p in kept)
     cells: dict[tuple, list[Point]] = defaultdict(list)
     for p in kept:
-        if p.output_len == out_len and p.run_id in figures_by_run:
+        if p.output_len == out_len:
             cells[(p.tp, p.concurrency, p.temperature)].append(p)
+    order = sorted(cells, key=lambda k: (figures.nulls_last(k[1]), k[2], k[0]))
+    shown = [(key, cells[key]) for key in order[:MAX_CATEGORY_CELLS]]
+    return {"output_len": out_len, "cells": shown, "more": max(0, len(order) - MAX_CATEGORY_CELLS),
+            "run_ids": [p.run_id for _, ps in shown for p in ps]}
+
+
+def category_section(cells: dict[str, Any] | None, figures_by_run: dict[int, list[dict[str, Any]]],
+                     selection: Selection) -> dict[str, Any] | None:
+    """The sweep page's verdicts per prompt category (benchkit.compare.categories.category_matrix)
+    of `category_cells`' cells, each ranked by the headline's figure for its concurrency, from
+    `figures_by_run` (runs.selectors.category_figures of the cells' runs); None when no run has
+    categories. {"output_len", "matrices": [CategoryMatrix with `cell` {"tp", "concurrency",
+    "temperature"}], "more": cells left out (MAX_CATEGORY_CELLS), "pooled_note": what the
+    all-prompts headline pools (a disagreeing matrix's note first), "disagree": some cell's
+    categories name different winners beyond noise}."""
+    if not cells or not figures_by_run:
+        return None
     matrices = []
-    for tp, conc, temp in sorted(cells, key=lambda k: (k[0], figures.nulls_last(k[1]), k[2])):
-        m = categories.category_matrix(cells[(tp, conc, temp)], figures_by_run,
-                                       verdicts.figure_for(selection.speedup, conc), selection.baseline)
+    for (tp, conc, temp), ps in cells["cells"]:
+        m = categories.category_matrix(ps, figures_by_run, verdicts.figure_for(selection.speedup, conc),
+                                       selection.baseline)
         if m is not None:
-            m.cell = {"tp": tp, "concurrency": conc, "temperature": temp}
+            m.cell = {"tp": tp, "concurrency": conc, "temperature": f"{temp:g}"}
+            for row in m.rows:  # formatted here: floatformat on every cell cost the page ~40 ms
+                for c in row.cells:
+                    r = c["ratio"]
+                    c["text"] = f"{r.value:.2f}×" if r is not None and r.value is not None else ""
+                    c["ci"] = f"[{r.ci95[0]:.2f}–{r.ci95[1]:.2f}]" if r is not None and r.ci95 else ""
+                    c["reason"] = r.reason if r is not None else "not measured"
+                    c["tau_text"] = f"τ {c['tau']:.2f}" if c["tau"] is not None else ""
             matrices.append(m)
     if not matrices:
         return None
-    return {"output_len": out_len, "matrices": matrices[:MAX_CATEGORY_CELLS],
-            "more": max(0, len(matrices) - MAX_CATEGORY_CELLS),
+    return {"output_len": cells["output_len"], "matrices": matrices, "more": cells["more"],
             "pooled_note": next((m.pooled_note for m in matrices if m.disagree), matrices[0].pooled_note),
             "disagree": any(m.disagree for m in matrices)}
 
@@ -307,17 +327,19 @@ def filter_options(dims: list[dict[str, Any]], selection: Selection) -> dict[str
 
 def build_sweep_page(points: list[Point], dims: list[dict[str, Any]], selection: Selection,
                      state_rows: list[dict[str, Any]], failures: dict[str, int],
+                     cells: dict[str, Any] | None = None,
                      figures_by_run: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Context of the sweep page besides its figures (which the page's script reads from the
     JSON endpoint): the headline, the per-configuration run table, the filter form, the
     failure summary and the GPU-consistency flag; the excluded points (`excluded_rows`) and the
     page's line about them (benchkit.compare.verdicts.excluded_line); the speedup choices; the
-    verdicts per prompt category (`category_section` of `figures_by_run`, runs.selectors.category_figures)."""
+    verdicts per prompt category (`category_section` of `category_cells`' `cells` and their
+    runs' `figures_by_run`, runs.selectors.category_figures)."""
     speedups, reasons = verdict_speedups(points, selection.baseline)
     excluded = [p for p in points if p.run_id in reasons and (selection.shows(p) or p.label == selection.baseline)]
     return {
         "headline": headline(speedups, points, selection),
-        "categories": category_section(points, figures_by_run or {}, selection),
+        "categories": category_section(cells, figures_by_run or {}, selection),
         "excluded_line": verdicts.excluded_line(excluded, reasons),
         "speedup_choices": [{"value": k, "text": v, "selected": k == selection.speedup}
                             for k, v in verdicts.SPEEDUP_CHOICES.items()],

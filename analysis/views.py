@@ -69,17 +69,17 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     and concurrency), filters in the URL query, four figures (read by the page's script from
     `sweep_data` with the same query) and a per-configuration run table; every run is listed,
     paginated, at `sweep_runs`. A sweep on several hosts names each, with a link to its runs
-    only. Loads only the columns the figures need (and, for a sweep on a dataset, the runs'
-    figures per prompt category: one query more)."""
+    only. Loads only the columns the figures need (and, for a sweep on a dataset, the figures
+    per prompt category of the runs its category matrices show: one query more)."""
     sweep = get_object_or_404(Sweep.objects.select_related("host"), pk=pk)
     try:
         selection, dims, points = _sweep_points(request, pk)
     except QueryError as exc:
         return bad_query(exc)
+    cells = dashboard.category_cells(points, selection)
     ctx = dashboard.build_sweep_page(points, dims, selection, selectors.config_state_counts(pk),
-                                     selectors.failure_counts(pk),
-                                     selectors.category_figures(pk) if any(p.dataset != "random" for p in points)
-                                     else {})
+                                     selectors.failure_counts(pk), cells,
+                                     selectors.category_figures(pk, cells["run_ids"]) if cells else {})
     ctx.update(sweep=sweep, query=selection.query(), active=selectors.active_run(pk),
                hosts=[(name, selection.query(host=(name,))) for name in selectors.sweep_hosts(pk)],
                all_hosts_query=selection.query(host=()))

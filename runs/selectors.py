@@ -143,11 +143,14 @@ def figure_points(sweep_id: int, figures: Sequence[str], prices: dict[str, float
 
 def category_figures(sweep_id: int, run_ids: Iterable[int] | None = None) -> dict[int, list[dict[str, Any]]]:
     """{run id: its figures per prompt category (RunMetrics.categories)} of the sweep's counted
-    runs whose dataset is not random (`run_ids`: only these), runs without categories left out.
-    One query; {} for a sweep on random prompts."""
-    qs = RunMetrics.objects.filter(run__in=Run.objects.counted().filter(sweep_id=sweep_id).exclude(dataset="random"))
-    if run_ids is not None:
-        qs = qs.filter(run_id__in=list(run_ids))
+    runs whose dataset is not random (`run_ids`: only these, which must be counted runs of the
+    sweep: the page's points), runs without categories left out. One query; {} for a sweep on
+    random prompts."""
+    if run_ids is not None:  # the caller's counted points of this sweep: no join needed
+        qs = RunMetrics.objects.filter(run_id__in=list(run_ids), run__sweep_id=sweep_id)
+    else:
+        qs = RunMetrics.objects.filter(run__in=Run.objects.counted().filter(sweep_id=sweep_id)
+                                       .exclude(dataset="random"))
     return {rid: cats for rid, cats in qs.values_list("run_id", "categories") if cats}
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from benchkit.compare import verdicts
 from benchkit.compare.speedups import AUTO, DECODE, Ratio, Speedup, SpeedupFigure, compute_speedups
-from benchkit.point import Point
+from benchkit.point import RECORD_FIELDS, Point
 
 #: Fewest measured requests of a category in one run for the run to give it a figure.
 MIN_CATEGORY_REQUESTS = 4
@@ -69,24 +69,34 @@ class CategoryMatrix:
     cell: dict[str, Any] = field(default_factory=dict)
 
 
+#: Separates a point's dataset from its category in the `dataset` of a category point (the
+#: dataset is a match field: the category's points match only the same category's baseline).
+_TAG = "\x1f"
+
+
 def category_points(points: Iterable[Point], figures_by_run: Mapping[int, Sequence[Mapping[str, Any]]],
                     min_requests: int = MIN_CATEGORY_REQUESTS) -> dict[str, list[Point]]:
     """{category: the points of that category}: each point's figures replaced by its run's
-    figures on the category (`figures_by_run[run_id]`: CategoryFigures dicts). A run without
-    categories (none, or only the "" category) gives none; a category with fewer than
-    `min_requests` measured requests in a run gives that run's point no TPOT or throughput (so
-    no speedup: compute_speedups names the figure unknown)."""
+    figures on the category (`figures_by_run[run_id]`: CategoryFigures dicts) and its `dataset`
+    tagged with the category (a match field, so a category's speedup divides by the baseline's
+    same category). A run without categories (none, or only the "" category) gives none; a
+    category with fewer than `min_requests` measured requests in a run gives that run's point no
+    TPOT or throughput (so no speedup: compute_speedups names the figure unknown). Only the
+    figures the matrix reads are kept (median_tpot_ms, output_throughput_tok_s,
+    acceptance_length, completed)."""
     out: dict[str, list[Point]] = defaultdict(list)
     for p in points:
         figs = figures_by_run.get(p.run_id) or ()
         if not any(f.get("category") for f in figs):
             continue
+        config = {f: getattr(p, f) for f in RECORD_FIELDS}
         for f in figs:
             enough = (f.get("requests") or 0) >= min_requests
-            out[f["category"]].append(p.replace(
-                median_tpot_ms=f.get("median_tpot_ms") if enough else None,
-                output_throughput_tok_s=f.get("output_throughput_tok_s") if enough else None,
-                acceptance_length=f.get("tau_token_weighted"), completed=f.get("requests")))
+            config["dataset"] = f"{p.dataset}{_TAG}{f['category']}"
+            out[f["category"]].append(Point(**config, figures_={
+                "median_tpot_ms": f.get("median_tpot_ms") if enough else None,
+                "output_throughput_tok_s": f.get("output_throughput_tok_s") if enough else None,
+                "acceptance_length": f.get("tau_token_weighted"), "completed": f.get("requests")}))
     return dict(sorted(out.items()))
 
 
@@ -96,24 +106,30 @@ def category_matrix(points: Sequence[Point], figures_by_run: Mapping[int, Sequen
     """The category matrix of the points of ONE cell (one match key per configuration: callers
     pass the points of one TP degree, concurrency and output length), or None when no run has
     categories. Speedups and verdicts as the module docstring says (`figure`: decode by default,
-    the headline's figure at concurrency 1)."""
+    the headline's figure at concurrency 1); one `compute_speedups` over every category (the
+    bootstrap intervals in one batch)."""
     by_cat = category_points(points, figures_by_run, min_requests)
     if not by_cat:
         return None
     by_run = {p.run_id: p for p in points}
+    every = [p for ps in by_cat.values() for p in ps]
+    sps_of: dict[str, list[Speedup]] = defaultdict(list)
+    for sp in compute_speedups(every, baseline, figures=(figure,)):
+        sps_of[sp.point.dataset.rpartition(_TAG)[2]].append(sp)
     labels: list[str] = []
     rows = []
     for cat, ps in by_cat.items():
-        sps: list[Speedup] = compute_speedups(ps, baseline, figures=(figure,))
+        sps = sps_of[cat]
         v = verdicts.verdict(sps, figure, by_run)
         row = CategoryRow(cat, v)
         reqs = sorted(p.completed or 0 for p in ps)
         row.requests = reqs[len(reqs) // 2]
+        taus_of = {p.run_id: p.acceptance_length for p in ps}
         for sp in sps:
             if sp.label not in labels:
                 labels.append(sp.label)
             row.ratios[sp.label] = sp.ratios[figure.name]
-            taus = sorted(t for t in (by_run_tau(ps, sp.run_ids)) if t is not None)
+            taus = sorted(t for t in (taus_of.get(i) for i in sp.run_ids) if t is not None)
             row.taus[sp.label] = taus[len(taus) // 2] if taus else None
         if row.requests < min_requests:
             row.sentence = (f"on {cat}: {row.requests} request(s) per run, too few for a figure "
@@ -135,9 +151,3 @@ def category_matrix(points: Sequence[Point], figures_by_run: Mapping[int, Sequen
         note += f"; the categories disagree beyond noise ({', '.join(sorted(winners))} each win one): " \
                 "choose by your traffic's category"
     return CategoryMatrix(figure, labels, rows, note, disagree)
-
-
-def by_run_tau(points: Sequence[Point], run_ids: Iterable[int]) -> list[float | None]:
-    """The category tau (`acceptance_length` of the category points) of the runs `run_ids`."""
-    ids = set(run_ids)
-    return [p.acceptance_length for p in points if p.run_id in ids]
