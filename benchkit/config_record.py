@@ -169,8 +169,14 @@ RECORD: tuple[ConfigField, ...] = (
        doc="gamma shape of the arrivals (1.0 = Poisson)"),
     _f("ignore_eos", W, bool, "workload", "workload", True, doc="generate output_len tokens whatever the model says"),
     _f("temperature", W, float, "workload", "grid", 0.0, also=("workload",), ge=0, run_column=True,
-       doc="sampling temperature (a grid axis; every request sends the workload's `seed`)"),
+       doc="sampling temperature (a grid axis; every request sends the workload's `seed`, plus j in round j "
+           "of `samples_per_prompt`)"),
     _f("seed", W, int, "workload", "workload", 0, ge=0, run_column=True, doc="the prompts' and sampling seed"),
+    _f("samples_per_prompt", W, int, "workload", "workload", 1, unit="requests", ge=1, point_key=WHEN_SET,
+       doc="N: the measured requests are num_prompts / N distinct prompts, each sent N times in N rounds "
+           "(round j sends every prompt once, with sampling seed `seed + j`; warmup: one request each, "
+           "seed `seed`); num_prompts must be a multiple of N; N > 1 keeps every output's ids in full and "
+           "lets the T > 0 lossless check judge the run (docs/LOSSLESS.md, \"Sampling (T > 0)\")"),
     _f("warmup_requests", W, int | None, "workload", "workload", unit="requests", ge=0, point_key=False,
        doc="requests before the window (None: max(concurrency, 1))"),
     _f("slo", W, dict[str, float], "workload", "slo", factory=dict, unit="ms", point_key=False,

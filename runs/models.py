@@ -451,6 +451,9 @@ class LosslessVerdict(models.TextChoices):
     DIFFERS = "differs", "differs from AR (no noise floor)"
     INCONCLUSIVE = "inconclusive", "inconclusive (too few prompts or repeats)"
     NOT_CHECKED = "not_checked", "not checked"
+    PRESERVED = "preserved", "distribution preserved (temperature > 0)"
+    DISTRIBUTION_DIFFERS = "distribution_differs", "distribution differs from AR's (temperature > 0)"
+    NOT_ENOUGH_SAMPLES = "not_enough_samples", "not enough samples (temperature > 0)"
 
 
 class LosslessCheck(models.Model):
@@ -463,7 +466,9 @@ class LosslessCheck(models.Model):
     requests compared; `divergences`: [[prompt index, first divergence], ...] (at most
     benchkit.compare.lossless.MAX_DIVERGENCES); `baseline_run_ids`: the `auto` runs compared with;
     `floor_run_ids` / `floor_pairs` ([[run a, run b, compared, identical], ...]) /
-    `floor_identical_share`: the AR noise floor; `p_value`: the rule's binomial tail."""
+    `floor_identical_share`: the AR noise floor; `p_value`: the rule's binomial tail (at
+    temperature > 0: the sampling check's permutation p, `compared` the spec samples, the floor the
+    AR run's own halves; benchkit.compare.lossless.judge_sampling)."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="lossless")
     verdict = models.CharField(max_length=20, choices=LosslessVerdict.choices)

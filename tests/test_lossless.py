@@ -143,7 +143,9 @@ def test_every_not_checked_reason_and_what_is_loaded():
     assert all(v.verdict == ll.NOT_CHECKED and v.sentence.startswith("not checked: ") for v in got.values())
     assert "not lossless by design" in got[4].sentence and "temperature 0.7" in got[6].sentence
     assert "bad column" in got[5].sentence
-    assert sorted(loads) == [1, 2, 3, 5, 11]  # no spec run that cannot be judged, no other floor's auto runs
+    # no spec run that cannot be judged, no other floor's auto runs; a T > 0 run (6) is read to see
+    # whether it sent several samples per prompt (the sampling check)
+    assert sorted(loads) == [1, 2, 3, 5, 6, 11]
     only_unkept = ll.check_runs([point(1), point(3, "draft_model")], lambda i: None)[3]
     assert only_unkept.reason == ll.BASELINE_NOT_KEPT and only_unkept.baseline_run_ids == (1,)
     ids_vs_text = check([point(1), point(3, "draft_model")], {1: run(text=True), 3: run()})[3]

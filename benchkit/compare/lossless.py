@@ -44,6 +44,7 @@ from itertools import combinations
 import numpy as np
 from scipy.stats import binom
 
+from benchkit.compare import sampling
 from benchkit.compare.stats import median
 from benchkit.measure.outputs import OutputMatch, RunOutputs, compare_outputs
 from benchkit.point import MATCH_FIELDS, Point
@@ -53,19 +54,26 @@ AUTO = "auto"
 #: Verdict codes.
 LOSSLESS, BEYOND_FLOOR, DIFFERS, NOT_CHECKED = "lossless", "beyond_floor", "differs", "not_checked"
 INCONCLUSIVE = "inconclusive"
-VERDICTS = (LOSSLESS, BEYOND_FLOOR, DIFFERS, INCONCLUSIVE, NOT_CHECKED)
+#: The T > 0 verdicts (`judge_sampling`; benchkit.compare.sampling's PRESERVED, DIFFERS, NOT_ENOUGH).
+PRESERVED, DISTRIBUTION_DIFFERS, NOT_ENOUGH_SAMPLES = "preserved", "distribution_differs", "not_enough_samples"
+VERDICTS = (LOSSLESS, BEYOND_FLOOR, DIFFERS, INCONCLUSIVE, NOT_CHECKED, PRESERVED, DISTRIBUTION_DIFFERS,
+            NOT_ENOUGH_SAMPLES)
 #: Verdicts whose outputs differ from AR's: the mark MARK, "not lossless".
-DIFFERING = (BEYOND_FLOOR, DIFFERS)
+DIFFERING = (BEYOND_FLOOR, DIFFERS, DISTRIBUTION_DIFFERS)
+#: Verdicts of a check that could not judge at this size: the mark UNSURE_MARK.
+UNSURE = (INCONCLUSIVE, NOT_ENOUGH_SAMPLES)
 #: Verdicts that put a mark on a figure's cell and a headline's winner: not shown lossless
 #: (differing: MARK; inconclusive: UNSURE_MARK).
-MARKED = (*DIFFERING, INCONCLUSIVE)
+MARKED = (*DIFFERING, *UNSURE)
 #: The mark drawn beside a speedup of a configuration whose outputs differ from AR's.
 MARK = "≠"
 #: The mark drawn beside a speedup of a configuration the check could not judge (too few prompts).
 UNSURE_MARK = "?"
 #: A verdict in a few words (tables), most severe first.
-SHORT = {BEYOND_FLOOR: f"{MARK} beyond AR floor", DIFFERS: f"{MARK} differs (no floor)",
-         INCONCLUSIVE: f"{UNSURE_MARK} inconclusive", NOT_CHECKED: "not checked", LOSSLESS: "lossless"}
+SHORT = {BEYOND_FLOOR: f"{MARK} beyond AR floor", DISTRIBUTION_DIFFERS: f"{MARK} distribution differs",
+         DIFFERS: f"{MARK} differs (no floor)", INCONCLUSIVE: f"{UNSURE_MARK} inconclusive",
+         NOT_ENOUGH_SAMPLES: f"{UNSURE_MARK} not enough samples", NOT_CHECKED: "not checked", LOSSLESS: "lossless",
+         PRESERVED: "distribution preserved"}
 #: Level of the one-sided binomial test of the rule (module docstring).
 ALPHA = 0.05
 #: Match fields in which AR runs of one floor may differ (their batches differ, numerics may too).
@@ -84,10 +92,16 @@ NO_BASELINE = "no_baseline"
 BASELINE_NOT_KEPT = "baseline_not_kept"
 NOT_COMPARABLE = "not_comparable"
 UNREADABLE = "unreadable"
+SAMPLING_NO_BASELINE = "sampling_no_baseline"
+SAMPLING_FLOOR = "sampling_floor"
 NOT_CHECKED_REASONS: dict[str, str] = {
     SYNTHETIC_ACCEPTANCE: "synthetic acceptance: the outputs are forced, not the model's (not lossless by design)",
     IMPORTED: "imported file: no outputs kept",
-    SAMPLING: "sampling (temperature {temperature:g}): outputs are random, only temperature 0 compares",
+    SAMPLING: "sampling (temperature {temperature:g}): one sample per prompt; set workload.samples_per_prompt "
+              "(e.g. 100, with num_prompts = 32 x that and output_len 9) to check the distribution",
+    SAMPLING_NO_BASELINE: "sampling (temperature {temperature:g}): the matched auto run(s) {runs} kept no "
+                          "multi-sample token ids (the auto run needs the same samples_per_prompt)",
+    SAMPLING_FLOOR: "{why}",
     NOT_KEPT: "outputs not kept",
     NO_BASELINE: "no matching auto run (same engine build, model, GPUs, TP and workload)",
     BASELINE_NOT_KEPT: "the matched auto run(s) {runs} kept no outputs",
@@ -362,6 +376,100 @@ def judge_repeats(runs: Sequence[Sequence[tuple[tuple, OutputMatch]]], base_ids:
     return out  # type: ignore[return-value]
 
 
+# -- temperature > 0: the sampling check (benchkit.compare.sampling; docs/LOSSLESS.md) -----------
+
+#: benchkit.compare.sampling's verdict -> the stored verdict code.
+SAMPLING_VERDICTS = {sampling.PRESERVED: PRESERVED, sampling.DIFFERS: DISTRIBUTION_DIFFERS,
+                     sampling.NOT_ENOUGH: NOT_ENOUGH_SAMPLES}
+
+
+def run_samples(outputs: RunOutputs) -> dict[int, list[list[int]]]:
+    """{prompt hash: the whole token ids of its requests, in prompt-index order} of a run's kept
+    outputs (occurrence j is the sample of seed `workload.seed + j`, benchkit.measure.workloads.
+    repeat_samples); only requests whose ids were kept whole."""
+    out: dict[int, list[list[int]]] = {}
+    for idx in sorted(outputs.records):
+        r = outputs.records[idx]
+        if r.kind == "ids" and isinstance(r.full, list):
+            out.setdefault(r.prompt, []).append(r.full)
+    return out
+
+
+def multi_sample(samples: dict[int, list[list[int]]]) -> bool:
+    """True when the run sent several samples of its prompts (samples_per_prompt > 1): the T > 0
+    check can judge it."""
+    return bool(samples) and min(len(v) for v in samples.values()) >= 2
+
+
+def judge_sampling(spec: dict[int, list[list[int]]], ar: dict[int, list[list[int]]], ar_id: int,
+                   alpha: float = ALPHA) -> Verdict:
+    """The T > 0 verdict of a spec run's samples (`run_samples`) against its matched `auto` run's
+    (`ar_id`): `sampling.check_sampling` on the prompts both sent, the AR floor being the AR run's
+    own samples split in halves (`sampling.halves`: occurrences j < N/2 against the rest, disjoint
+    seeds; another `auto` repeat reuses the same seeds, so its samples are copies, not independent
+    draws). Verdicts: PRESERVED, DISTRIBUTION_DIFFERS, NOT_ENOUGH_SAMPLES; `not_checked`
+    (SAMPLING_FLOOR) when AR differs from AR; NOT_COMPARABLE when no prompt is shared. Pure."""
+    common = [k for k in spec if k in ar]
+    if not common:
+        v = not_checked(NOT_COMPARABLE, why="no prompt in common with the auto run's samples")
+        return Verdict(**{**v.to_dict(), "baseline_run_ids": (ar_id,)})
+    spec_c, ar_c = {k: spec[k] for k in common}, {k: ar[k] for k in common}
+    fa, fb = sampling.halves(ar_c)
+    sv = sampling.check_sampling(ar_c, spec_c, (fa, fb) if fa else None, alpha=alpha)
+    n_spec = sum(len(v) for v in spec_c.values())
+    base = dict(compared=n_spec, unit="token", baseline_run_ids=(ar_id,), floor_run_ids=(ar_id,) if fa else (),
+                p_value=sv.p_value)
+    if sv.verdict == sampling.FLOOR_DIFFERS:
+        v = not_checked(SAMPLING_FLOOR, why=sv.sentence.removeprefix("not checked: "))
+        return Verdict(**{**v.to_dict(), **base, "p_value": sv.floor_p_value})
+    sentence = sv.sentence + f"; {n_spec} spec samples vs {sum(len(v) for v in ar_c.values())} of auto run {ar_id}"
+    if sv.floor_p_value is not None:
+        sentence += f"; AR halves p={sv.floor_p_value:.3g}"
+    return Verdict(SAMPLING_VERDICTS[sv.verdict], sentence, **base)
+
+
+def _check_sampling_runs(todo: Sequence[Point], ps: Sequence[Point], load: Loader, imported: Collection[int],
+                         alpha: float) -> dict[int, Verdict]:
+    """The verdicts of one floor key's T > 0 spec points `todo` (`judge_sampling`): each against the
+    first (lowest run id) `auto` run of its match key that kept several samples per prompt. A spec
+    run with one sample per prompt stays "not checked (sampling)", with how to enable the check."""
+    out: dict[int, Verdict] = {}
+    ar_cache: dict[int, dict | None] = {}
+
+    def ar_samples(run_id: int) -> dict | None:
+        if run_id not in ar_cache:
+            try:
+                o = None if run_id in imported else load(run_id)
+            except ValueError:
+                o = None
+            s = run_samples(o) if o is not None else None
+            ar_cache[run_id] = s if s and multi_sample(s) else None
+        return ar_cache[run_id]
+
+    autos = sorted((p for p in ps if p.label == AUTO), key=lambda p: p.run_id)
+    for p in sorted(todo, key=lambda p: p.run_id):
+        try:
+            mine = load(p.run_id)
+        except ValueError as exc:
+            out[p.run_id] = not_checked(UNREADABLE, why=str(exc))
+            continue
+        spec = run_samples(mine) if mine is not None else {}
+        if not multi_sample(spec):
+            out[p.run_id] = not_checked(SAMPLING, temperature=p.temperature)
+            continue
+        base_ids = [a.run_id for a in autos if a.match_key() == p.match_key()]
+        if not base_ids:
+            out[p.run_id] = not_checked(NO_BASELINE)
+            continue
+        ar_id = next((i for i in base_ids if ar_samples(i) is not None), None)
+        if ar_id is None:
+            v = not_checked(SAMPLING_NO_BASELINE, temperature=p.temperature, runs=", ".join(map(str, base_ids)))
+            out[p.run_id] = Verdict(**{**v.to_dict(), "baseline_run_ids": tuple(base_ids)})
+            continue
+        out[p.run_id] = judge_sampling(spec, ar_samples(ar_id), ar_id, alpha)
+    return out
+
+
 #: What `check_runs` asks for a run's outputs: its RunOutputs, None when it kept none; it may
 #: raise ValueError for outputs that do not decode.
 Loader = Callable[[int], RunOutputs | None]
@@ -381,16 +489,18 @@ def check_runs(points: Iterable[Point], load: Loader, *, imported: Collection[in
     out: dict[int, Verdict] = {}
     for ps in groups.values():
         spec = [p for p in ps if p.label != AUTO]
-        todo = []
+        todo, sampled = [], []
         for p in spec:
             if p.run_id in synthetic:
                 out[p.run_id] = not_checked(SYNTHETIC_ACCEPTANCE)
             elif p.run_id in imported:
                 out[p.run_id] = not_checked(IMPORTED)
             elif p.temperature:
-                out[p.run_id] = not_checked(SAMPLING, temperature=p.temperature)
+                sampled.append(p)
             else:
                 todo.append(p)
+        if sampled:
+            out.update(_check_sampling_runs(sampled, ps, load, imported, alpha))
         if not todo:
             continue
         ar: dict[int, RunOutputs | None] = {}
@@ -478,7 +588,7 @@ def lossless_mark(points: Point | Iterable[Point]) -> LosslessMark | None:
     marked = [p for p in ps if p.lossless_verdict in DIFFERING]
     symbol, words = MARK, "not lossless"
     if not marked:
-        marked = [p for p in ps if p.lossless_verdict == INCONCLUSIVE]
+        marked = [p for p in ps if p.lossless_verdict in UNSURE]
         symbol, words = UNSURE_MARK, "lossless inconclusive"
     if not marked:
         return None

@@ -356,14 +356,27 @@ def samples_needed(prompts: int, positions: int, effect: float = EFFECT, alpha: 
 
 # -- the verdict ----------------------------------------------------------------------------------
 
-def check_sampling(ar: Samples, spec: Samples, floor: Samples | None = None, *,
+def halves(samples: Samples) -> tuple[dict, dict]:
+    """The AR floor of one run (`check_sampling`'s `floor` pair): per prompt its samples split into
+    the first half and the rest (in the given order: occurrence j, seed `seed + j`), so the halves
+    hold samples of disjoint seeds; prompts with fewer than 2 samples are left out."""
+    a, b = {}, {}
+    for key, seqs in samples.items():
+        if len(seqs) >= 2:
+            h = len(seqs) // 2
+            a[key], b[key] = list(seqs[:h]), list(seqs[h:])
+    return a, b
+
+
+def check_sampling(ar: Samples, spec: Samples, floor: Samples | tuple[Samples, Samples] | None = None, *,
                    positions: Sequence[int] = DEFAULT_POSITIONS, alpha: float = ALPHA, effect: float = EFFECT,
                    power_: float = POWER, categories: int = CATEGORIES, permutations: int = PERMUTATIONS,
                    seed: int = 0) -> SamplingVerdict:
     """The T > 0 verdict of a speculative run `spec` against the AR run `ar` (prompt key -> that
     prompt's sampled outputs as token id sequences; the same prompt keys, the same temperature;
     any number of samples per prompt, at least one), `floor` a second AR run with other seeds
-    (the same prompts) or None. Module docstring for the test; `seed` fixes the permutations.
+    (the same prompts; tested against `ar`), or a pair of disjoint AR samples (`halves(ar)`: tested
+    against each other), or None. Module docstring for the test; `seed` fixes the permutations.
 
     FLOOR_DIFFERS when AR vs floor rejects at `alpha`; else DIFFERS when spec vs AR rejects; else
     PRESERVED when `power` at these sizes reaches `power_` against `effect`, else NOT_ENOUGH with
@@ -379,7 +392,9 @@ def check_sampling(ar: Samples, spec: Samples, floor: Samples | None = None, *,
     pos = _positions(positions)
     kw = dict(positions=pos, categories=categories, permutations=permutations)
     floor_test = None
-    if floor is not None:
+    if isinstance(floor, tuple):  # two disjoint halves of the AR samples, tested against each other
+        floor_test = two_sample(floor[1], floor[0], seed=seed + 1, names=("floor", "ar"), **kw)
+    elif floor is not None:
         floor_test = two_sample(floor, ar, seed=seed + 1, names=("floor", "ar"), **kw)
     spec_test = two_sample(spec, ar, seed=seed, names=("spec", "ar"), **kw)
     sizes = spec_test.sizes

@@ -300,7 +300,7 @@ def build_body(prompt: Prompt, model: str, workload: WorkloadSpec, api: str, ext
         "stream_options": stream_options,
         "ignore_eos": workload.ignore_eos,
         "temperature": workload.temperature,
-        "seed": workload.seed,
+        "seed": workload.seed if prompt.seed is None else prompt.seed,
     }
     if opts.return_token_ids:
         body["return_token_ids"] = True

@@ -52,7 +52,7 @@ from benchkit.measure.loadclient import (
     span_ns,
 )
 from benchkit.measure.logs import RequestLog
-from benchkit.measure.outputs import OutputRecord, RunOutputs
+from benchkit.measure.outputs import OutputRecord, RunOutputs, full_requests
 from benchkit.measure.workloads import Prompt, build_prompts
 from benchkit.specs import WorkloadSpec
 
@@ -231,7 +231,8 @@ async def _run_in_process(base_url: str, model: str, workload: WorkloadSpec, pro
         t0 = time.perf_counter_ns()
         items = [(streams[n_warm + j], prompts[n_warm + j], None if off is None else t0 + off)
                  for j, off in enumerate(offsets_ns)]
-        await driver.phase(items, report, digest_below=n_warm + options.full_outputs)
+        await driver.phase(items, report, digest_below=n_warm + full_requests(
+            n_meas, workload.samples_per_prompt, options.full_outputs))
         part = await headroom.stop(span_ns([st.log for st in streams[n_warm:]]))
     finally:
         pool.close()

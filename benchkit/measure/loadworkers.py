@@ -41,7 +41,7 @@ from typing import Any, BinaryIO
 
 from benchkit.measure import loadclient
 from benchkit.measure.logs import RequestLog
-from benchkit.measure.outputs import OutputRecord
+from benchkit.measure.outputs import OutputRecord, full_requests
 from benchkit.measure.workloads import Prompt
 from benchkit.specs import WorkloadSpec
 
@@ -166,7 +166,8 @@ async def run_workers(
             job = {
                 "base_url": base_url, "model": model, "workload": workload, "api": api,
                 "request_timeout_s": request_timeout_s, "cap": cap_j, "extra_body": extra_body,
-                "options": options, "digest_below": n_warm + options.full_outputs,
+                "options": options, "digest_below": n_warm + full_requests(n_meas, workload.samples_per_prompt,
+                                                                            options.full_outputs),
                 "warm": [(i, prompts[i]) for i in warm],
                 "measured": [(i, prompts[i], offsets_ns[i - n_warm]) for i in meas],
             }

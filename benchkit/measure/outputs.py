@@ -10,7 +10,8 @@ for the same prompt (MEASUREMENT.md, "Comparing runs"). To say so, a run keeps p
 - `length` (tokens or characters), `whole`: an 8-byte BLAKE2b hash of the whole output;
 - `blocks`: a 4-byte BLAKE2b hash of each block of BLOCK_TOKENS ids (BLOCK_CHARS characters),
   the last block possibly shorter;
-- for the first `full_requests` measured prompts (by prompt index) the whole output itself.
+- for the first FULL_REQUESTS measured prompts (by prompt index) the whole output itself; for
+  every measured request when the workload sends several samples per prompt (`full_requests`).
 
 `prompt`: an 8-byte hash of the prompt text, so two runs are compared only where they sent the
 same prompt. Size: 33 bytes per request plus 4 per block, i.e. about 160 bytes for a
@@ -45,6 +46,18 @@ BLOCK_TOKENS = 64
 BLOCK_CHARS = 256
 #: Measured prompts (the lowest prompt indices) whose whole output is kept.
 FULL_REQUESTS = 32
+#: A workload with samples_per_prompt > 1 keeps every measured output whole (`full_requests`):
+#: the T > 0 check (benchkit.compare.sampling) reads the token ids of every sample; such outputs
+#: are short (max_tokens 9 is enough), e.g. 3 200 requests x 9 ids = 115 KB.
+
+
+def full_requests(num_prompts: int, samples_per_prompt: int = 1, full: int = FULL_REQUESTS) -> int:
+    """How many measured requests (the lowest prompt indices) keep their whole output: every one
+    (`num_prompts`) when the workload sends `samples_per_prompt` > 1 samples per prompt, else
+    `full` (FULL_REQUESTS). The blob layout is the same either way (old blobs decode)."""
+    return num_prompts if samples_per_prompt > 1 else full
+
+
 #: Version tag of the encoded layout; `decode_outputs` refuses others.
 FORMAT_VERSION = 1
 

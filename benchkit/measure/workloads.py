@@ -24,7 +24,7 @@ never warms the prefix cache for a measured prompt.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -65,13 +65,15 @@ class Prompt:
     """One prompt: `text`, `input_len` (tokens, in the server's tokenizer incl. special tokens
     unless `approx`), `output_len` (tokens requested, sent as max_tokens) and `approx` (True
     when `input_len` is a local approximation because the server has no tokenizer endpoint),
-    `category` (the dataset's category of the prompt, "" where it has none)."""
+    `category` (the dataset's category of the prompt, "" where it has none), `seed` (the request's
+    sampling seed; None: the workload's `seed`)."""
 
     text: str
     input_len: int
     output_len: int
     approx: bool = False
     category: str = ""
+    seed: int | None = None
 
 
 class TokenizerClient:
@@ -289,6 +291,10 @@ def build_prompts(
     dataset with fewer than `count` usable prompts.
     """
     n = workload.n_warmup + workload.num_prompts if count is None else count
+    samples = workload.samples_per_prompt
+    if samples > 1 and count is None:
+        return repeat_samples(build_prompts(workload, base_url=base_url, model=model, timeout_s=timeout_s,
+                                            count=workload.n_warmup + distinct_prompts(workload)), workload)
     tok = TokenizerClient(base_url, model, timeout_s) if base_url else None
     try:
         return _build(workload, n, tok)
@@ -297,6 +303,29 @@ def build_prompts(
     finally:
         if tok is not None:
             tok.close()
+
+
+def distinct_prompts(workload: WorkloadSpec) -> int:
+    """The distinct measured prompts of `workload`: num_prompts / samples_per_prompt. WorkloadError
+    when num_prompts is not a multiple of samples_per_prompt."""
+    samples = workload.samples_per_prompt
+    if samples < 1 or workload.num_prompts % samples:
+        raise WorkloadError(f"workload: num_prompts {workload.num_prompts} must be a multiple of "
+                            f"samples_per_prompt {samples}")
+    return workload.num_prompts // samples
+
+
+def repeat_samples(prompts: list[Prompt], workload: WorkloadSpec) -> list[Prompt]:
+    """The request list of a workload with samples_per_prompt N (the seed policy, docs/LOSSLESS.md
+    "Sampling (T > 0)"): the warmup prompts (the first `n_warmup` of `prompts`) once each with
+    seed None (the workload's seed), then N rounds over the P = len(prompts) - n_warmup measured
+    prompts in order, round j with seed `workload.seed + j`: measured request j * P + i is prompt i's
+    occurrence j. Interleaved rather than back to back, so one prompt's samples are not batched with
+    each other and a drift over the window spreads over every prompt."""
+    n_warm = workload.n_warmup
+    samples = workload.samples_per_prompt
+    warm, measured = prompts[:n_warm], prompts[n_warm:]
+    return warm + [replace(p, seed=workload.seed + j) for j in range(samples) for p in measured]
 
 
 def categorized_rows(workload: WorkloadSpec, n: int) -> list[tuple[str, int | None, str]]:

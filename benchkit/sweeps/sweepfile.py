@@ -28,7 +28,7 @@ concurrency x output length x input length x repeat. Layout (every key but `name
       input_len: [128]
       temperature: [0.0, 0.7]        # sampling temperature; every request sends workload.seed
     workload: {dataset, dataset_path, num_prompts, request_rate, burstiness, ignore_eos,
-               seed, warmup_requests,               # plus input_len/output_len/concurrency/
+               seed, samples_per_prompt, warmup_requests, # plus input_len/output_len/concurrency/
                dataset_split, dataset_categories,   # temperature when the grid does not list them
                prompts_per_category, dataset_turns} # (categorized datasets: benchkit.measure.datasets)
     limits: {ready_timeout_s, request_timeout_s, run_timeout_s, stop_timeout_s, max_error_rate,
@@ -331,6 +331,10 @@ class _WorkloadChecks(StrictModel):
             raise FieldProblem("dataset_split", f"only dataset speed_bench has splits (dataset is {kind!r})")
         if any(not c for c in self.dataset_categories):  # type: ignore[attr-defined]
             raise FieldProblem("dataset_categories", "a category name must not be empty")
+        n, spp = self.num_prompts, self.samples_per_prompt  # type: ignore[attr-defined]
+        if spp and n % spp:
+            raise FieldProblem("samples_per_prompt", f"num_prompts {n} must be a multiple of samples_per_prompt "
+                                                     f"{spp} (num_prompts / samples_per_prompt distinct prompts)")
         return self
 
 
