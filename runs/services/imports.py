@@ -221,9 +221,12 @@ def _create_runs(parsed: _Parsed, sweep: Sweep, host: Host, record: ResultFile) 
         w = imp.workload
         method = method_of_run(imp, c.method)
         tool_engine = engine_for_tool(imp.source_tool) or ""
+        server = {"extra_args": list(imp.server_args)} if imp.server_args else {}
         run = Run(
             sweep=sweep, host=host, point_key=f"import:{record.sha256[:40]}:{i}", result_file=record,
-            spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w},
+            repeat_index=imp.repeat_index or 0,
+            spec={"imported": imp.origin, "file_sha256": record.sha256, "workload": w,
+                  **({"server": server} if server else {})},
             **{**_imported_columns(w),
                "engine": c.engine or w.get("engine") or tool_engine,
                "method": method.method, "num_speculative_tokens": method.num_speculative_tokens,
