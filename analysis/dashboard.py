@@ -194,7 +194,9 @@ def headline(speedups: list[Speedup], points: list[Point], selection: Selection)
             runner = f"TP{cands[1][2]} · {cands[1][1]}"
             sep = verdicts.separated([getattr(q, SPEED_FIELD) for q in ps],
                                      [getattr(q, SPEED_FIELD) for q in cands[1][3]])
-            kind = verdicts.SINGLE if sep is None else verdicts.WINNER if sep else verdicts.TIE
+            # no interval: "single runs" only where both have one run, else "fewer than 3 repeats"
+            few = verdicts.SINGLE if max(len(ps), len(cands[1][3])) == 1 else verdicts.FEW
+            kind = few if sep is None else verdicts.WINNER if sep else verdicts.TIE
         runs = [q.run_id for q in ps]
         fastest.append({"concurrency": c, "label": lab, "tp": tp, "tok_s": tok_s, "runs": runs, "kind": kind,
                         "runner_up": runner, "mark": lossless_mark(by_run[r] for r in runs)})

@@ -194,6 +194,15 @@ class Point(_Figures):
         config = {f: changes.pop(f) if f in changes else getattr(self, f) for f in RECORD_FIELDS}
         return Point(**config, figures_={**self.figures(), **changes})
 
+    def with_only(self, figures: Mapping[str, Any], **config: Any) -> Point:
+        """A copy with `config` fields changed that carries only `figures` (the loaded ones
+        dropped): cheaper than `replace` where a caller needs a few figures of many points
+        (benchkit.compare.categories)."""
+        base = {f: config.pop(f) if f in config else getattr(self, f) for f in RECORD_FIELDS}
+        if config:
+            raise KeyError(f"not configuration fields of a point: {', '.join(config)}")
+        return Point(**base, figures_=figures)
+
     def identity_key(self) -> tuple:
         """IDENTITY fields, in declaration order: the same point across sweeps."""
         return _identity(self)

@@ -288,3 +288,25 @@ def test_the_compare_hover_puts_tokens_only_after_known_lengths():
     assert any("lengths not in the file · runs" in t for t in texts)
     assert any("128/128 tokens · runs" in t for t in texts)
     assert not any("not in the file tokens" in t for t in texts)
+
+
+def test_two_repeats_are_not_called_single_runs():
+    """Issue 31: a cell whose configurations have 2 repeats says "fewer than 3 repeats", never
+    "single runs"; "single runs" only where every side has one run."""
+    from benchkit.compare import verdicts as v
+    from benchkit.compare.speedups import DECODE, compute_speedups
+    from benchkit.point import Point
+
+    def pts(reps):
+        out, rid = [], 0
+        for method, k, tpot in (("auto", None, 10.0), ("ngram", 4, 5.0), ("ngram", 8, 6.0)):
+            for r in range(reps):
+                rid += 1
+                out.append(Point(method=method, num_speculative_tokens=k, run_id=rid, repeat_index=r,
+                                 figures_={"median_tpot_ms": tpot + 0.01 * r}))
+        return out
+
+    two = v.verdict(compute_speedups(pts(2), figures=(DECODE,)), DECODE)
+    one = v.verdict(compute_speedups(pts(1), figures=(DECODE,)), DECODE)
+    assert (two.kind, two.sentence) == (v.FEW, "fewer than 3 repeats: no verdict")
+    assert (one.kind, one.sentence) == (v.SINGLE, "single runs: no verdict")

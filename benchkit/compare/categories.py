@@ -29,7 +29,7 @@ from typing import Any
 
 from benchkit.compare import verdicts
 from benchkit.compare.speedups import AUTO, DECODE, Ratio, Speedup, SpeedupFigure, compute_speedups
-from benchkit.point import RECORD_FIELDS, Point
+from benchkit.point import Point
 
 #: Fewest measured requests of a category in one run for the run to give it a figure.
 MIN_CATEGORY_REQUESTS = 4
@@ -89,11 +89,9 @@ def category_points(points: Iterable[Point], figures_by_run: Mapping[int, Sequen
         figs = figures_by_run.get(p.run_id) or ()
         if not any(f.get("category") for f in figs):
             continue
-        config = {f: getattr(p, f) for f in RECORD_FIELDS}
         for f in figs:
             enough = (f.get("requests") or 0) >= min_requests
-            config["dataset"] = f"{p.dataset}{_TAG}{f['category']}"
-            out[f["category"]].append(Point(**config, figures_={
+            out[f["category"]].append(p.with_only(dataset=f"{p.dataset}{_TAG}{f['category']}", figures={
                 "median_tpot_ms": f.get("median_tpot_ms") if enough else None,
                 "output_throughput_tok_s": f.get("output_throughput_tok_s") if enough else None,
                 "acceptance_length": f.get("tau_token_weighted"), "completed": f.get("requests")}))

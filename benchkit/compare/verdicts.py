@@ -233,9 +233,10 @@ def verdict(speedups: Iterable[Speedup], figure: SpeedupFigure,
         return out
     a, b = ranking[0], ranking[1]
     if a.ci95 is None or b.ci95 is None:
-        single = min(a.n_repeats, b.n_repeats, *(len(c.speedup.baseline_run_ids) or 1 for c in (a, b))) == 1
-        out.kind = SINGLE if single else FEW
-        out.sentence = ("single runs: no verdict" if single
+        counts = (a.n_repeats, b.n_repeats, *(len(c.speedup.baseline_run_ids) or 1 for c in (a, b)))
+        out.kind = SINGLE if min(counts) == 1 else FEW
+        # "single runs" only where every side has one run (issue 31: two repeats were called single)
+        out.sentence = ("single runs: no verdict" if max(counts) == 1
                         else f"fewer than {MIN_REPEATS_FOR_CI} repeats: no verdict")
         return out
     if a.ci95[0] > b.ci95[1]:
