@@ -131,6 +131,9 @@ class Sweep(models.Model):
                                   "command or a schedule")
     schedule = models.CharField(max_length=200, blank=True, help_text="the periodic schedule that created it")
     window = models.DateField(null=True, blank=True, help_text="UTC date of the schedule window it belongs to")
+    checks_queued_at = models.DateTimeField(
+        null=True, blank=True, help_text="when its last run ended and the lossless check and regression detection "
+        "were queued (once: runs.services.regressions.runs_finished)")
 
     class Meta:
         ordering = ["-created_at"]
@@ -566,9 +569,31 @@ class GpuLease(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases")
     acquired_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
+    unconfirmed = models.TextField(
+        blank=True, help_text="why the reaper kept this lease of a lost run: its server could not be checked or "
+        "stopped from where the reaper ran; the host's own worker releases it once the server is known stopped")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["host", "gpu_uuid"], name="gpu_lease_one_holder")]
+
+
+class SchedulerHeartbeat(models.Model):
+    """The last sign of life of a Celery beat (one row per beat process name, `name`): beat's
+    scheduler (runs.scheduler.ResilientScheduler) writes `beat_at` while it can reach the
+    database; `outage_since` is set while its schedule reads fail (cleared when they work again).
+    The home page and the host page show "scheduler: alive / silent since T" from it
+    (runs.selectors.scheduler_status)."""
+
+    name = models.CharField(max_length=200, unique=True, help_text="node:pid of the beat process")
+    node = models.CharField(max_length=200, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField(help_text="last tick written")
+    outages = models.IntegerField(default=0, help_text="database outages beat rode out since it started")
+    last_outage = models.TextField(blank=True, help_text="the last outage's first error and how long it lasted")
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class RegressionRuleName(models.TextChoices):
