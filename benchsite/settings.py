@@ -256,6 +256,9 @@ DRAFTBOARD_HEARTBEAT_INTERVAL_S = env_int("DRAFTBOARD_HEARTBEAT_INTERVAL_S", 10)
 DRAFTBOARD_HEARTBEAT_TIMEOUT_S = env_int("DRAFTBOARD_HEARTBEAT_TIMEOUT_S", 60)
 DRAFTBOARD_SUPERVISE_INTERVAL_S = env_int("DRAFTBOARD_SUPERVISE_INTERVAL_S", 30)
 DRAFTBOARD_RECONCILE_MARGIN_S = env_int("DRAFTBOARD_RECONCILE_MARGIN_S", 30)
+# How long a worker retries its database work (state moves, the outcome store, the lease
+# release) through an outage before the run fails `database_unavailable` (runs.services.dbretry).
+DRAFTBOARD_DB_RETRY_MAX_S = env_int("DRAFTBOARD_DB_RETRY_MAX_S", 900)
 for _name in ("DRAFTBOARD_HEARTBEAT_INTERVAL_S", "DRAFTBOARD_HEARTBEAT_TIMEOUT_S", "DRAFTBOARD_SUPERVISE_INTERVAL_S"):
     if globals()[_name] < 1:
         raise ConfigError(f"{_name}={globals()[_name]}: must be at least 1 (seconds)")

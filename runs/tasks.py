@@ -11,12 +11,17 @@ from datetime import date, datetime
 from celery import shared_task
 
 from runs import worker  # noqa: F401  (connects the worker signal handlers)
-from runs.services import changepoints, dispatch, execution, leases, lossless, regressions, supervision, sweeps
+from runs.services import changepoints, dbretry, dispatch, execution, leases, lossless, regressions, supervision, sweeps
 
 #: While a run's GPUs are held by another run, retry every GPU_BUSY_RETRY_S seconds, at most
 #: GPU_BUSY_MAX_RETRIES times (2 hours), then fail the run with `gpu_busy`.
 GPU_BUSY_RETRY_S = 60
 GPU_BUSY_MAX_RETRIES = 120
+#: The check tasks are retried through a database outage: backoff up to CHECK_RETRY_MAX_S s
+#: between tries, at most CHECK_MAX_RETRIES tries (about 20 minutes in all).
+CHECK_RETRY_MAX_S, CHECK_MAX_RETRIES = 120, 12
+#: A run task that met a database outage before it claimed its runs comes back after this (s).
+DB_RETRY_S = 10
 
 
 @shared_task(bind=True, name=dispatch.EXECUTE_RUNS_TASK, acks_late=True, max_retries=GPU_BUSY_MAX_RETRIES)
@@ -30,6 +35,9 @@ def execute_runs_task(self, run_ids: list[int]) -> list[str]:
             return [execution.fail_queued(i, "gpu_busy", str(exc)).state for i in run_ids]
         dispatch.expect_redelivery(run_ids, GPU_BUSY_RETRY_S)
         raise self.retry(countdown=GPU_BUSY_RETRY_S) from None
+    except dbretry.TRANSIENT as exc:  # before the claim (reap, lease): the runs are still queued
+        dbretry.close_quietly()
+        raise self.retry(countdown=DB_RETRY_S, exc=exc) from None
 
 
 @shared_task(bind=True, name="runs.start_sweep_from_file")
@@ -54,7 +62,8 @@ def supervise_host_task(host_name: str, checkpoint: str = "") -> dict:
     return supervision.supervise(host_name, datetime.fromisoformat(checkpoint) if checkpoint else None)
 
 
-@shared_task(name=dispatch.DETECT_REGRESSIONS_TASK, acks_late=True)
+@shared_task(name=dispatch.DETECT_REGRESSIONS_TASK, acks_late=True, autoretry_for=dbretry.TRANSIENT, retry_backoff=True,
+             retry_backoff_max=CHECK_RETRY_MAX_S, max_retries=CHECK_MAX_RETRIES)
 def detect_regressions_task(sweep_id: int) -> list[int]:
     """Judge sweep `sweep_id` against the earlier nights of its series and store regression flags
     (regressions.detect_for_sweep), then the change points of its whole series with their
@@ -65,7 +74,8 @@ def detect_regressions_task(sweep_id: int) -> list[int]:
     return flagged
 
 
-@shared_task(name=dispatch.CHECK_LOSSLESS_TASK, acks_late=True)
+@shared_task(name=dispatch.CHECK_LOSSLESS_TASK, acks_late=True, autoretry_for=dbretry.TRANSIENT, retry_backoff=True,
+             retry_backoff_max=CHECK_RETRY_MAX_S, max_retries=CHECK_MAX_RETRIES)
 def check_lossless_task(sweep_id: int) -> dict[int, str]:
     """Judge the speculative runs of sweep `sweep_id` against its auto runs and store the verdicts
     (lossless.check_sweep); returns {run id: verdict}. Queued when the sweep's last run finished."""

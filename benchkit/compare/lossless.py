@@ -448,10 +448,8 @@ def _check_sampling_runs(todo: Sequence[Point], ps: Sequence[Point], load: Loade
 
     autos = sorted((p for p in ps if p.label == AUTO), key=lambda p: p.run_id)
     for p in sorted(todo, key=lambda p: p.run_id):
-        try:
-            mine = load(p.run_id)
-        except ValueError as exc:
-            out[p.run_id] = not_checked(UNREADABLE, why=str(exc))
+        mine = _load_or_mark(load, p.run_id, out)
+        if mine is _UNREADABLE_RUN:
             continue
         spec = run_samples(mine) if mine is not None else {}
         if not multi_sample(spec):
@@ -535,10 +533,8 @@ def check_runs(points: Iterable[Point], load: Loader, *, imported: Collection[in
                 continue
             judged: list[tuple[int, list]] = []
             for p in sorted(reps, key=lambda p: p.run_id):
-                try:
-                    mine = load(p.run_id)
-                except ValueError as exc:
-                    out[p.run_id] = not_checked(UNREADABLE, why=str(exc))
+                mine = _load_or_mark(load, p.run_id, out)
+                if mine is _UNREADABLE_RUN:
                     continue
                 if mine is None:
                     out[p.run_id] = not_checked(NOT_KEPT)
@@ -736,3 +732,18 @@ def pool(runs: Sequence[Sequence[tuple[tuple, OutputMatch]]], q: float | None, a
         verdict = BEYOND_FLOOR if p < alpha else LOSSLESS if pw >= power else INCONCLUSIVE
     return Pooled(verdict, r, n, n_req, d_req, tuple(systematic), q, p_sys, p_pool, p, pw,
                   need if verdict == INCONCLUSIVE else None)
+
+
+#: What `_load_or_mark` returns for a run whose outputs could not be read (its verdict is set).
+_UNREADABLE_RUN = object()
+
+
+def _load_or_mark(load, run_id: int, out: dict):
+    """`load(run_id)` (a run's outputs, or None when none were kept); when it raises ValueError
+    (a blob that does not decode), set the run's verdict in `out` to not checked, outputs
+    unreadable, and return `_UNREADABLE_RUN`."""
+    try:
+        return load(run_id)
+    except ValueError as exc:
+        out[run_id] = not_checked(UNREADABLE, why=str(exc))
+        return _UNREADABLE_RUN

@@ -24,7 +24,7 @@ from benchkit.execution.outcome import RunOutcome
 from benchkit.execution.runner import execute_runs
 from benchkit.specs import RunSpec
 from runs.models import ACTIVE_STATES, Host, Run, RunState
-from runs.services import leases, regressions, supervision
+from runs.services import dbretry, leases, regressions, supervision
 from runs.services.outcomes import store_outcome
 from runs.services.transitions import IllegalTransition, record, transition
 
@@ -43,10 +43,22 @@ class _DjangoHooks:
         self._thread = threading.get_ident()
 
     def state(self, name: str, note: str = "") -> None:
-        """Move the run to benchkit's phase `name` (preflight, starting, warming, measuring, stopping)."""
+        """Move the run to benchkit's phase `name` (preflight, starting, warming, measuring, stopping).
+
+        Through a database outage the move is retried (dbretry.retry: the run waits, its server
+        idles) and raises dbretry.DatabaseUnavailable after DRAFTBOARD_DB_RETRY_MAX_S."""
         if self.run.state != name:
-            transition(self.run, name, note=note)
+            dbretry.retry(lambda: self._move(name, note), f"run {self.run.pk}: move to {name}")
             self._close_foreign()
+
+    def _move(self, name: str, note: str) -> None:
+        """One try of the move: a try whose commit went through before the connection broke
+        finds the run already in `name`."""
+        current = Run.objects.filter(pk=self.run.pk).values_list("state", flat=True).first()
+        if current == name:
+            self.run.state = name
+            return
+        transition(self.run, name, note=note)
 
     def progress(self, done: int, total: int) -> None:
         """Record `done` of `total` measured requests, at most once per PROGRESS_MIN_INTERVAL_S."""
@@ -54,7 +66,10 @@ class _DjangoHooks:
         if done < total and now - self._last_progress < PROGRESS_MIN_INTERVAL_S:
             return
         self._last_progress = now
-        Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
+        try:
+            Run.objects.filter(pk=self.run.pk).update(progress_done=done, progress_total=total)
+        except dbretry.TRANSIENT:  # the database is away: this progress line is skipped, never the run
+            dbretry.close_quietly()
         self._close_foreign()
 
     def _close_foreign(self) -> None:
@@ -67,7 +82,7 @@ class _DjangoHooks:
 
     def server_started(self, pgid: int, tag: str) -> None:
         """Record the run's managed server (process group `pgid`, tag `tag`) for the reaper."""
-        supervision.record_server([self.run.pk], pgid, tag)
+        dbretry.retry(lambda: supervision.record_server([self.run.pk], pgid, tag), f"run {self.run.pk}: record server")
 
 
 def execute(run_id: int) -> Run:
@@ -103,12 +118,15 @@ def execute_group(run_ids: list[int]) -> list[Run]:
         return runs
     host: Host = todo[0].host
     if host.quarantined:
-        return [transition(r, RunState.FAILED, failure_reason="host_quarantined",
-                           failure_message=f"host {host.name} is quarantined: {host.quarantine_reason}") for r in todo]
+        why = f"host {host.name} is quarantined: {host.quarantine_reason}"
+        failed = [transition(r, RunState.FAILED, failure_reason="host_quarantined", failure_message=why) for r in todo]
+        regressions.runs_finished([r.pk for r in failed])
+        return failed
     specs = [RunSpec.from_dict(r.spec) for r in todo]
     ttl = sum(leases.total_limit_s(sp.limits) for sp in specs)
     holder = todo[0]
     leases.acquire(holder, [g.uuid for g in specs[0].gpus], ttl_s=ttl)
+    supervision.mark_executing([r.pk for r in todo])
     try:
         claimed = []
         tag = uuid.uuid4().hex  # names this server start's processes (benchkit.hosts.teardown.SERVER_TAG_ENV)
@@ -131,21 +149,44 @@ def execute_group(run_ids: list[int]) -> list[Run]:
         except SoftTimeLimitExceeded:  # the task's bound (leases.total_limit_s); the server was stopped
             outcomes = [RunOutcome(ok=False, reason="run_timeout", message=f"the runs exceeded {ttl:.0f} s")
                         for _ in claimed]
+        except dbretry.DatabaseUnavailable as exc:  # a state move waited out DRAFTBOARD_DB_RETRY_MAX_S
+            outcomes = [RunOutcome(ok=False, reason=dbretry.REASON, message=f"{exc}; the runner stopped there, "
+                                   "so no request logs were kept") for _ in claimed]
         except Exception as exc:  # a bug in our own code: still end failed, never stuck
             log.exception("runs %s crashed", [r.pk for r, _ in claimed])
             outcomes = [RunOutcome(ok=False, reason="internal_error", message=f"{type(exc).__name__}: {exc}")
                         for _ in claimed]
         finished = {}
-        for (run, _), outcome in zip(claimed, outcomes, strict=True):
-            run.refresh_from_db()
-            if run.state not in ACTIVE_STATES:  # the reaper took it for lost (worker stuck past its limit)
-                record([run], f"outcome not stored ({outcome.reason or 'ok'}): the run was already {run.state}")
-                continue
-            finished[run.pk] = store_outcome(run, outcome)
-        regressions.runs_finished(list(finished))
-        return [finished.get(r.pk) or Run.objects.get(pk=r.pk) for r in runs]
+        try:
+            for (run, _), outcome in zip(claimed, outcomes, strict=True):
+                stored = dbretry.retry(lambda run=run, outcome=outcome: _store(run.pk, outcome),
+                                       f"run {run.pk}: store its outcome")
+                if stored is not None:
+                    finished[run.pk] = stored
+            dbretry.retry(lambda: regressions.runs_finished(list(finished)), f"runs {list(finished)}: queue checks")
+        except dbretry.DatabaseUnavailable as exc:  # the reaper fails them as soon as the database is back
+            left = [run.pk for run, _ in claimed if run.pk not in finished]
+            log.error("runs %s: outcome not stored: %s", left, exc)
+            supervision.note_unstored(left, f"{exc}; the outcome was lost with the task (its request logs too)")
+            raise
+        return dbretry.retry(lambda: [finished.get(r.pk) or Run.objects.get(pk=r.pk) for r in runs], "reload runs")
     finally:
-        leases.release(holder)
+        supervision.mark_executing([])
+        try:
+            dbretry.retry(lambda: leases.release(holder), f"run {holder.pk}: release its GPU leases")
+        except dbretry.DatabaseUnavailable as exc:  # the reaper releases them (the server is stopped)
+            log.error("GPU leases of run %s not released: %s", holder.pk, exc)
+
+
+def _store(run_id: int, outcome: RunOutcome) -> Run | None:
+    """One try of storing `outcome` as run `run_id`'s end (a fresh read each try: a try that
+    failed left nothing, see store_outcome); None when the run already ended (the reaper took
+    it for lost: a worker stuck past its limit), which its history then says."""
+    run = Run.objects.select_related("host").get(pk=run_id)
+    if run.state not in ACTIVE_STATES:
+        record([run], f"outcome not stored ({outcome.reason or 'ok'}): the run was already {run.state}")
+        return None
+    return store_outcome(run, outcome)
 
 
 def fail_queued(run_id: int, reason: str, message: str) -> Run:
@@ -153,4 +194,6 @@ def fail_queued(run_id: int, reason: str, message: str) -> Run:
     run = Run.objects.get(pk=run_id)
     if run.state != RunState.QUEUED:
         return run
-    return transition(run, RunState.FAILED, failure_reason=reason, failure_message=message)
+    run = transition(run, RunState.FAILED, failure_reason=reason, failure_message=message)
+    regressions.runs_finished([run.pk])
+    return run

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from benchkit import config_record
 from benchkit.engines.registry import engine_for_tool
@@ -261,7 +262,8 @@ def _store(parsed: list[_Parsed], host: Host | str | None, sweep_name: str, sour
                                           p.file.tool))
                 continue
             if sweep is None:
-                sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{source}"[:500], spec=spec)
+                sweep = Sweep.objects.create(name=sweep_name, host=host, source=f"import:{source}"[:500], spec=spec,
+                                             checks_queued_at=timezone.now())
             record = ResultFile.objects.create(sha256=p.file.sha256, name=str(p.file.path)[-TEXT_LIMITS["file_name"]:],
                                                size_bytes=p.file.size_bytes, sweep=sweep,
                                                source_tool=p.file.runs[0].source_tool)

@@ -138,7 +138,7 @@ def _bundle_sweep(bundle: Bundle, host: Host) -> Sweep:
             spec = loads_sweep(m.sweep_text, m.sweep_file).to_dict()
         except SweepError:  # a build or flags file this machine does not know: keep the text
             spec = {}
-        sweep = Sweep.objects.create(name=m.sweep_name, host=host, source=source,
+        sweep = Sweep.objects.create(name=m.sweep_name, host=host, source=source, checks_queued_at=timezone.now(),
                                      description=f"ran offline on {m.host} from {m.sweep_file}, "
                                                  f"bundle created {m.created_at:%Y-%m-%d %H:%M} UTC",
                                      spec={**spec, "offline_bundle": {"bundle_id": str(m.bundle_id),

@@ -3,7 +3,9 @@
 A lease row is unique per (host, GPU UUID), so the database refuses a second holder even
 with several workers on one host. A lease expires GRACE_S seconds after the run's own time
 limit (the Celery task's soft time limit is that same bound, see `total_limit_s`), so a worker
-that crashes leaves leases that free themselves; `acquire` deletes expired ones first.
+that crashes leaves leases that free themselves; `acquire` deletes expired ones first, but for
+leases the reaper kept because their server is not known stopped (`GpuLease.unconfirmed`,
+runs.services.supervision.clean_up): those go only when the host's worker confirms.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def acquire(run: Run, gpu_uuids: list[str], ttl_s: float) -> None:
     expires = now + timedelta(seconds=ttl_s + GRACE_S)
     try:
         with transaction.atomic():
-            GpuLease.objects.filter(host=run.host, gpu_uuid__in=gpu_uuids, expires_at__lt=now).delete()
+            (GpuLease.objects.filter(host=run.host, gpu_uuid__in=gpu_uuids, expires_at__lt=now)
+             .filter(unconfirmed="").delete())  # a kept lease (server not known stopped) never expires
             GpuLease.objects.bulk_create(
                 [GpuLease(host=run.host, gpu_uuid=u, run=run, expires_at=expires) for u in gpu_uuids]
             )

@@ -80,12 +80,14 @@ def check_sweep_logged(sweep_id: int) -> dict[int, str] | None:
         return None
 
 
-def send_check(sweep_id: int, queue: str) -> None:
+def send_check(sweep_id: int, queue: str) -> bool:
     """Queue the check of sweep `sweep_id` on `queue` (after the transaction that finished its last
-    run committed). Never raises: a broker that does not answer is logged, and `manage.py
-    check_lossless --sweep ID` computes it later."""
+    run committed); True when the broker took it. Never raises: a broker that does not answer is
+    logged, and `manage.py check_lossless --sweep ID` computes it later."""
     try:
         dispatch.enqueue_lossless(sweep_id, queue)
+        return True
     except Exception as exc:  # the broker is down: the runs are stored, the check can wait
         log.warning("lossless check for sweep %s not queued (%s); run `manage.py check_lossless --sweep %s`",
                     sweep_id, exc, sweep_id)
+        return False

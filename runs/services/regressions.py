@@ -112,25 +112,58 @@ def acknowledge(flag_ids: list[int], username: str, reason: str) -> int:
 
 
 def runs_finished(run_ids: list[int]) -> list[int]:
-    """Called once after runs `run_ids` reached a final state: for each of their sweeps that has
-    no queued or active run left (its last run just finished), queue on the host's queue, after
-    the transaction commits, the lossless check (runs.services.lossless, every sweep, demo ones
-    too) and the regression detection (not for demo sweeps). Never raises: a broker that does
-    not answer is logged (run `manage.py check_lossless --sweep ID` / `detect_regressions
-    --sweep ID` later); the runs are stored already. Returns the sweep ids sent for detection."""
-    sweeps = list(Sweep.objects.filter(runs__pk__in=run_ids).distinct()
+    """Called by every path that ends runs (a worker's outcome store or its refusal to start them,
+    the reaper, `execution.fail_queued`) once runs `run_ids` reached a final state: for each of
+    their sweeps that has no queued or active run left (its last run just ended), queue on the
+    host's queue, after the transaction commits, the lossless check (runs.services.lossless,
+    every sweep, demo ones too) and the regression detection (not for demo sweeps).
+
+    Once per sweep: the sweep is stamped (`Sweep.checks_queued_at`, a conditional UPDATE), so a
+    second path that ends the same last run (the reaper racing the worker) queues nothing.
+    Never raises for the broker: a send that fails is logged and clears the stamp, so the
+    supervisor's catch-up (`queue_pending_checks`) sends it later. Database errors propagate
+    (callers retry: runs.services.dbretry). Returns the sweep ids sent for detection."""
+    sweeps = list(Sweep.objects.filter(runs__pk__in=run_ids, checks_queued_at__isnull=True).distinct()
                   .select_related("host").only("id", "is_demo", "host__name"))
-    done = [s for s in sweeps if not Run.objects.filter(sweep_id=s.pk, state__in=_UNFINISHED).exists()]
-    for s in done:
-        transaction.on_commit(lambda s=s: lossless.send_check(s.pk, s.host.queue))
-        if not s.is_demo:
-            transaction.on_commit(lambda s=s: _send(s.pk, s.host.queue))
-    return [s.pk for s in done if not s.is_demo]
+    return _queue_checks(sweeps)
 
 
-def _send(sweep_id: int, queue: str) -> None:
+def queue_pending_checks(host_id: int) -> list[int]:
+    """The supervisor's catch-up (supervision.supervise, every DRAFTBOARD_SUPERVISE_INTERVAL_S):
+    queue the checks of `host_id`'s sweeps whose last run ended but whose checks were never
+    queued (a send that failed, a path that died between the store and the send). Returns the
+    sweep ids sent for detection."""
+    sweeps = list(Sweep.objects.filter(host_id=host_id, checks_queued_at__isnull=True).select_related("host")
+                  .only("id", "is_demo", "host__name").order_by("id")[:100])
+    return _queue_checks(sweeps)
+
+
+def _queue_checks(sweeps: list[Sweep]) -> list[int]:
+    """Stamp and queue the checks of those of `sweeps` with no unfinished run left (runs_finished)."""
+    sent = []
+    for s in sweeps:
+        if Run.objects.filter(sweep_id=s.pk, state__in=_UNFINISHED).exists():
+            continue
+        if not Sweep.objects.filter(pk=s.pk, checks_queued_at__isnull=True).update(checks_queued_at=timezone.now()):
+            continue  # another path stamped it first
+        transaction.on_commit(lambda s=s: _send_checks(s))
+        sent.append(s)
+    return [s.pk for s in sent if not s.is_demo]
+
+
+def _send_checks(sweep: Sweep) -> None:
+    ok = lossless.send_check(sweep.pk, sweep.host.queue)
+    if not sweep.is_demo:
+        ok = _send(sweep.pk, sweep.host.queue) and ok
+    if not ok:  # the broker did not take it: the supervisor's catch-up sends it again
+        Sweep.objects.filter(pk=sweep.pk).update(checks_queued_at=None)
+
+
+def _send(sweep_id: int, queue: str) -> bool:
     try:
         dispatch.enqueue_detection(sweep_id, queue)
+        return True
     except Exception as exc:  # the broker is down: the runs are stored, detection can wait
         log.warning("regression detection for sweep %s not queued (%s); run `manage.py detect_regressions "
                     "--sweep %s`", sweep_id, exc, sweep_id)
+        return False

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import psutil
 from django.conf import settings
@@ -52,7 +54,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from benchkit.hosts import preflight, teardown
 from benchkit.specs import Limits
 from runs.models import ACTIVE_STATES, GpuLease, Host, Run, RunState, Sweep
-from runs.services import dispatch, hosts
+from runs.services import dispatch, hosts, regressions
 from runs.services.transitions import IllegalTransition, record, transition
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,63 @@ def claim_fields(ttl_s: float, now: datetime | None = None) -> dict:
 def record_server(run_ids: list[int], pgid: int, tag: str) -> None:
     """Record the managed server of runs `run_ids`: its process-group id and its tag."""
     Run.objects.filter(pk__in=run_ids).update(server_pgid=pgid, server_tag=tag)
+
+
+def _worker_file(pid: int, node: str | None = None) -> Path:
+    return Path(settings.DRAFTBOARD_RUNS_DIR) / "workers" / f"{node or this_node()}-{pid}.json"
+
+
+def _unstored_file(run_id: int) -> Path:
+    return Path(settings.DRAFTBOARD_RUNS_DIR) / "unstored" / f"run-{run_id}.json"
+
+
+def mark_executing(run_ids: list[int]) -> None:
+    """Record, in a file of this worker process (no database needed), that it now executes runs
+    `run_ids` ([] when its task ended). The reaper reads it (`executing_runs`) to tell a worker
+    that is stuck in a run from one that moved on. Written before the claim; never raises."""
+    path = _worker_file(os.getpid())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"run_ids": list(run_ids), "at": timezone.now().isoformat()}))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("could not record the runs of worker pid %s (%s): the reaper will not tell "
+                    "a worker that moved on from a stuck one", os.getpid(), exc)
+
+
+def executing_runs(pid: int, node: str | None = None, since: datetime | None = None) -> list[int] | None:
+    """The runs worker process `pid` on this machine says it executes now (`mark_executing`), or
+    None when it never said (an older worker, an unreadable file) or said it before `since` (a
+    run's claim: the marker written before the claim lists the run, a later one tells whether
+    the process moved on)."""
+    try:
+        found = json.loads(_worker_file(pid, node).read_text())
+        if since is not None and datetime.fromisoformat(found["at"]) < since:
+            return None
+        return [int(i) for i in found["run_ids"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def note_unstored(run_ids: list[int], message: str) -> None:
+    """Leave, beside the runs folder, why runs `run_ids`' outcome could not be stored (the
+    database stayed unavailable past DRAFTBOARD_DB_RETRY_MAX_S): the reaper fails them
+    `database_unavailable` with this message as soon as the database is back. Never raises."""
+    for run_id in run_ids:
+        path = _unstored_file(run_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"message": message, "at": timezone.now().isoformat()}))
+        except OSError as exc:
+            log.warning("run %s: could not note its unstored outcome (%s)", run_id, exc)
+
+
+def _unstored(run_id: int) -> str | None:
+    try:
+        return json.loads(_unstored_file(run_id).read_text())["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def beat(run_ids: list[int], now: datetime | None = None) -> int:
@@ -137,7 +196,8 @@ def process_alive(pid: int, claimed_at: datetime | None) -> bool:
 
 def verdict(run: Run, now: datetime, node: str | None = None) -> tuple[str, str] | None:
     """Why active `run` must be failed now, as (reason, message), or None while its worker
-    lives (see the module docstring for the rules). Reasons: `worker_lost`, `run_timeout`."""
+    lives (see the module docstring for the rules). Reasons: `worker_lost`, `run_timeout`, and
+    `database_unavailable` for a run its worker could not store (`note_unstored`)."""
     node = node or this_node()
     overdue = run.deadline_at is not None and now > run.deadline_at
     reason = "run_timeout" if overdue else "worker_lost"
@@ -145,6 +205,14 @@ def verdict(run: Run, now: datetime, node: str | None = None) -> tuple[str, str]
     if run.worker_node == node and run.worker_pid:
         if not process_alive(run.worker_pid, run.started_at):
             return reason, f"the worker process {run.worker_pid} on {node} that ran it is gone{bound}"
+        executing = executing_runs(run.worker_pid, node, since=run.started_at)
+        if executing is not None and run.pk not in executing:
+            unstored = _unstored(run.pk)
+            if unstored:
+                return "database_unavailable", unstored
+            doing = f"it now executes runs {executing}" if executing else "its task ended"
+            return reason, (f"the worker process {run.worker_pid} on {node} lives but moved on ({doing}) without "
+                            f"storing this run's outcome{bound}")
         grace = timedelta(seconds=dispatch.HARD_LIMIT_GRACE_S + settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
         if run.deadline_at is not None and now > run.deadline_at + grace:
             return "run_timeout", (f"the worker process {run.worker_pid} on {node} is still alive but stuck past "
@@ -193,6 +261,10 @@ def reap(host: Host, now: datetime | None = None) -> list[Reaped]:
             record([run], "reaper: " + "; ".join(notes))
         log.warning("run %s failed %s by the reaper: %s (%s)", run.pk, reason, message, "; ".join(notes))
         done.append(Reaped(run.pk, reason, message, notes))
+        _unstored_file(run.pk).unlink(missing_ok=True)
+    confirm_leases(host, node)
+    if done:
+        regressions.runs_finished([r.run_id for r in done])
     return done
 
 
@@ -202,8 +274,13 @@ def clean_up(run: Run, node: str | None = None) -> list[str]:
     fails, and release the GPU leases of its server start. Returns notes for its history."""
     node = node or this_node()
     notes: list[str] = []
+    holders = Q(run=run) | (Q(run__server_tag=run.server_tag) if run.server_tag else Q(pk__in=[]))
     if run.worker_node and run.worker_node != node:
-        notes.append(f"its server ran on {run.worker_node}, not on this machine ({node}): processes not checked")
+        why = f"its server ran on {run.worker_node}, not on this machine ({node}): processes not checked"
+        kept = GpuLease.objects.filter(holders, host_id=run.host_id).update(unconfirmed=why)
+        notes.append(why + (f"; {kept} GPU lease(s) kept until {run.worker_node}'s worker confirms its server "
+                            "stopped" if kept else ""))
+        return notes
     else:
         limits = Limits(**(run.spec.get("limits") or {}))
         if run.server_tag:
@@ -214,6 +291,11 @@ def clean_up(run: Run, node: str | None = None) -> list[str]:
             if not report.clean:
                 hosts.quarantine(run.host_id, f"run {run.pk}: server processes {report.survivors} survived the reaper")
                 notes.append(f"processes {report.survivors} survived: host quarantined")
+                why = f"processes {report.survivors} of its server survived the reaper"
+                kept = GpuLease.objects.filter(holders, host_id=run.host_id).update(unconfirmed=why)
+                if kept:
+                    notes.append(f"{kept} GPU lease(s) kept: its server is not known stopped")
+                    return notes
         uuids = [g["uuid"] for g in run.gpus or [] if g.get("uuid")]
         if uuids:
             try:
@@ -221,11 +303,32 @@ def clean_up(run: Run, node: str | None = None) -> list[str]:
             except preflight.PreflightError as exc:
                 hosts.quarantine(run.host_id, f"run {run.pk}: GPUs not idle after the reaper: {exc.message}")
                 notes.append(f"GPUs not idle ({exc.message}): host quarantined")
-    holders = Q(run=run) | (Q(run__server_tag=run.server_tag) if run.server_tag else Q(pk__in=[]))
     released, _ = GpuLease.objects.filter(holders, host_id=run.host_id).delete()
     if released:
         notes.append(f"released {released} GPU lease(s)")
     return notes
+
+
+def confirm_leases(host: Host, node: str | None = None) -> list[int]:
+    """On the machine that ran them: release the leases the reaper kept (`GpuLease.unconfirmed`)
+    of `host`'s finished runs once none of their server start's processes is alive (stopping
+    any it finds by tag, as `clean_up` does). Leases of runs of other machines stay. Returns the
+    ids of the runs whose leases were released."""
+    node = node or this_node()
+    freed = []
+    kept = (GpuLease.objects.filter(host=host).exclude(unconfirmed="").exclude(run__state__in=ACTIVE_STATES)
+            .select_related("run"))
+    for run in {lease.run for lease in kept}:
+        if run.worker_node and run.worker_node != node:
+            continue
+        if run.server_tag:
+            limits = Limits(**(run.spec.get("limits") or {}))
+            if not teardown.stop_tagged_processes(run.server_tag, term_timeout_s=limits.stop_timeout_s).clean:
+                continue
+        n, _ = GpuLease.objects.filter(run=run).delete()
+        record([run], f"reaper: {n} GPU lease(s) released: its server is known stopped on {node}")
+        freed.append(run.pk)
+    return freed
 
 
 def reconcile(host: Host, checkpoint: datetime) -> list[int]:
@@ -302,6 +405,7 @@ def supervise(host_name: str, checkpoint: datetime | None = None) -> dict:
     host = hosts.get_or_create_host(host_name)
     touch_worker([host.name])
     reaped = [r.run_id for r in reap(host)]
+    regressions.queue_pending_checks(host.pk)
     if checkpoint is None:
         dispatch.send_supervise(host.name, host.queue, checkpoint=timezone.now())
         return {"reaped": reaped, "resent": []}
