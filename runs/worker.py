@@ -6,7 +6,11 @@
   runs) and sends a reconcile marker.
 - `heartbeat_sent` (Celery's event heartbeat, every 2 s in the main process, no extra thread):
   at most every DRAFTBOARD_HEARTBEAT_INTERVAL_S, the hosts' `worker_seen_at` is set to now.
-  The home page shows a host's worker alive while that is recent.
+  The home page shows a host's worker alive while that is recent. When Celery beat has been
+  seen (runs.models.SchedulerHeartbeat) but is silent past DRAFTBOARD_HEARTBEAT_TIMEOUT_S (it
+  died, or it cannot reach the database), the worker sends its hosts the supervise task itself,
+  at most every DRAFTBOARD_SUPERVISE_INTERVAL_S, so reaping, reconciling and the checks'
+  catch-up go on until beat is back (logged once per silence).
 
 Neither hook raises into Celery: a database fault is logged and the next heartbeat tries again.
 """
@@ -19,14 +23,16 @@ import time
 from celery.signals import heartbeat_sent, worker_ready
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
-from runs.services import supervision
+from runs.models import SchedulerHeartbeat
+from runs.services import dispatch, supervision
 
 log = logging.getLogger(__name__)
 
 #: Host names whose queues this worker consumes (set at worker_ready) and the monotonic time of
 #: the last heartbeat written for them.
-_served: dict[str, object] = {"hosts": [], "worker": "", "last": 0.0}
+_served: dict[str, object] = {"hosts": [], "worker": "", "last": 0.0, "supervised": 0.0, "beat_silent": False}
 
 
 def served_hosts(queue_names) -> list[str]:
@@ -58,6 +64,28 @@ def on_heartbeat(sender=None, **kwargs) -> None:
     _served["last"] = now
     try:
         supervision.touch_worker(_served["hosts"], _served["worker"])
+        _stand_in_for_beat(now)
     except DatabaseError as exc:
         log.warning("worker heartbeat not recorded: %s", exc)
         connection.close()
+
+
+def _stand_in_for_beat(now: float) -> None:
+    """Send this worker's hosts the supervise task while beat, once seen, is silent (see the
+    module docstring); `now` is time.monotonic()."""
+    last = SchedulerHeartbeat.objects.order_by("-beat_at").values_list("beat_at", flat=True).first()
+    silent = last is not None and (timezone.now() - last).total_seconds() > settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S
+    if silent != _served["beat_silent"]:
+        _served["beat_silent"] = silent
+        if silent:
+            log.warning("celery beat silent since %s: this worker sends its hosts the supervise task itself", last)
+        else:
+            log.info("celery beat is back: supervision left to it again")
+    if not silent or now - _served["supervised"] < settings.DRAFTBOARD_SUPERVISE_INTERVAL_S:
+        return
+    _served["supervised"] = now
+    for name in _served["hosts"]:
+        try:
+            dispatch.send_supervise(name, f"host.{name}")
+        except Exception as exc:  # the broker is away too: the next heartbeat tries again
+            log.warning("supervise for host %s not sent: %s", name, exc)

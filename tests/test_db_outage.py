@@ -180,3 +180,26 @@ def test_a_lease_whose_server_cannot_be_checked_stays_until_its_host_confirms(se
     assert supervision.confirm_leases(host, node="gpu-host-7") == [run.pk]  # on gpu-host-7: no process left
     assert not GpuLease.objects.exists()
     assert RunTransition.objects.filter(run=run, note__contains="released: its server is known stopped").exists()
+
+
+def test_a_worker_stands_in_for_a_silent_beat(monkeypatch):
+    """Red before: once beat died nothing sent the supervise task, so no reaper, reconciler or
+    checks' catch-up ran until beat was started by hand."""
+    from runs import worker
+    from runs.models import SchedulerHeartbeat
+
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kw: sent.append(kw["queue"]))
+    monkeypatch.setitem(worker._served, "hosts", ["gpu-a"])
+    monkeypatch.setitem(worker._served, "supervised", 0.0)
+    monkeypatch.setitem(worker._served, "beat_silent", False)
+    worker._stand_in_for_beat(10**6)
+    assert sent == []  # no beat ever seen (a worker alone): nothing to stand in for
+    now = timezone.now()
+    beat = SchedulerHeartbeat.objects.create(name="n:1", started_at=now, beat_at=now)
+    worker._stand_in_for_beat(2 * 10**6)
+    assert sent == []  # beat alive
+    SchedulerHeartbeat.objects.filter(pk=beat.pk).update(beat_at=now - timedelta(minutes=10))
+    worker._stand_in_for_beat(3 * 10**6)
+    worker._stand_in_for_beat(3 * 10**6 + 1)  # within one supervise interval: not again
+    assert sent == ["host.gpu-a"]
