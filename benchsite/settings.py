@@ -59,6 +59,10 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::
 DRAFTBOARD_HOST = env_str("DRAFTBOARD_HOST", socket.gethostname())
 DRAFTBOARD_MODELS_DIR = Path(env_str("DRAFTBOARD_MODELS_DIR", str(VAR_DIR / "models")))
 DRAFTBOARD_RUNS_DIR = Path(env_str("DRAFTBOARD_RUNS_DIR", str(VAR_DIR / "runs")))
+# Least free space (MiB) the runs folder needs before a server starts, else preflight fails
+# `disk_full` (issue 35; 0 = no check). benchkit.hosts.preflight.min_free_mib reads the same
+# variable in the worker; parsed here too so that a bad value stops startup.
+DRAFTBOARD_MIN_FREE_MIB = env_nonneg_int("DRAFTBOARD_MIN_FREE_MIB", 512)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -106,7 +106,8 @@ class Launch:
 
     def write_env_file(self) -> None:
         """Write `env` to `env_file` as KEY=VALUE lines (docker/podman `--env-file`), mode 0600.
-        Raises EngineConfigError for a value holding a newline (the format cannot carry it)."""
+        Raises EngineConfigError for a value holding a newline (the format cannot carry it);
+        OSError (its `filename` the env file) when it cannot be written, e.g. ENOSPC."""
         if not self.env_file:
             return
         bad = [k for k, v in self.env.items() if "\n" in v or "\n" in k]
@@ -114,9 +115,14 @@ class Launch:
             raise EngineConfigError(f"environment variables {bad} hold a newline; --env-file cannot pass them")
         path = Path(self.env_file)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.writelines(f"{k}={v}\n" for k, v in sorted(self.env.items()))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.writelines(f"{k}={v}\n" for k, v in sorted(self.env.items()))
+        except OSError as exc:  # a failed write (ENOSPC) names no file: name it, the runner reports it
+            if exc.filename is None:
+                exc.filename = str(path)
+            raise
 
     def probe_argv(self, code: str, arg: str) -> list[str]:
         """`[prefix..., python, -c, code, arg]` through the same launcher as the server (a

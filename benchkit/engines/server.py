@@ -36,6 +36,7 @@ from typing import IO, Any
 
 import httpx
 
+from benchkit.hosts import preflight
 from benchkit.hosts.teardown import TeardownReport, stop_process_group
 
 
@@ -44,8 +45,9 @@ class ServerStartError(RuntimeError):
 
     `code` is machine-readable: `server_exited` (the process died before it was ready; the
     message names the exit code), `server_not_ready` (the timeout passed with the process
-    alive), or `server_not_started` (`wait_ready` called before `start`, or the argv could not
-    be executed).
+    alive), `server_not_started` (`wait_ready` called before `start`, or the argv could not
+    be executed), or `disk_full` (the log could not be created for want of space, or the process
+    died leaving an almost empty log on a filesystem below the minimum free space).
     """
 
     def __init__(self, code: str, message: str):
@@ -172,12 +174,19 @@ class ManagedServer:
         return its pid.
 
         Raises RuntimeError when already started, ServerStartError(`server_not_started`) when
-        the executable cannot be run (OSError from Popen).
+        the executable cannot be run (OSError from Popen), ServerStartError(`disk_full`) when the
+        log file cannot be created for want of space (ENOSPC / EDQUOT; the message names the
+        path, its folder and the free MiB).
         """
         if self.proc is not None:
             raise RuntimeError("ManagedServer already started")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "ab")
+        except OSError as exc:
+            if preflight.is_disk_full(exc):
+                raise ServerStartError(preflight.DISK_FULL, preflight.disk_full_message(self.log_path, exc)) from exc
+            raise
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -211,7 +220,10 @@ class ManagedServer:
 
         A url counts once it has answered 200; the next one is then polled. Raises
         ServerStartError `server_exited` as soon as the process has died (message includes
-        the exit code and the last log lines), `server_not_ready` when `timeout_s` passes.
+        the exit code and the last log lines), `disk_full` instead when it died leaving an
+        (almost) empty log on a filesystem below the minimum free space
+        (benchkit.hosts.preflight.disk_full_exit_message), `server_not_ready` when `timeout_s`
+        passes.
         """
         if self.proc is None:
             raise ServerStartError("server_not_started", "wait_ready called before start()")
@@ -221,6 +233,12 @@ class ManagedServer:
             code = proc.poll()
             if code is None:
                 return None
+            if self._log is not None:
+                self._log.flush()
+            full = preflight.disk_full_exit_message(self.log_path, code)
+            if full is not None:
+                tail = self.log_tail(30)
+                raise ServerStartError(preflight.DISK_FULL, full + (f"; log tail:\n{tail}" if tail.strip() else ""))
             return (f"server process exited with code {code} before it was ready "
                     f"(log {self.log_path}):\n{self.log_tail(30)}")
 

@@ -245,7 +245,10 @@ class RunOutcome(BaseModel):
     """What happened in one run (the runner's `execute_runs` returns one per run).
 
     `ok` is True only when the run counts (MEASUREMENT.md "When a run does not count");
-    otherwise `reason` is a code (preflight codes, `server_exited`, `server_not_ready`,
+    otherwise `reason` is a code (preflight codes, `disk_full` (the runs folder below its minimum
+    free space, a write into the workdir that met ENOSPC / EDQUOT, or a server that exited with
+    an almost empty log on a full filesystem; the message names the path, the folder and its
+    free MiB), `server_exited`, `server_not_ready`,
     `server_died`, `not_run_server_died`, `workload_error`, validity codes, `run_timeout`,
     `internal_error`, an import's `all_requests_failed`) and `message` says what happened.
     `server_shared`: the run shared its server start with other runs. `port`: the server's main

@@ -25,6 +25,13 @@ reset between them and the counters are read afresh for each window. Each such r
 Every failure ends in a RunOutcome (benchkit.execution.outcome) with `ok=False` and a
 machine-readable `reason`; nothing here raises for a benchmark failure and no server process is
 left behind.
+
+A full disk is named (issue 35): preflight's first check (`disk`) refuses a runs folder (the
+workdir's parent) with less free space than benchkit.hosts.preflight.min_free_mib() (512 MiB,
+DRAFTBOARD_MIN_FREE_MIB); a write into the workdir (the folder itself, the env file, the server
+log, the telemetry stream) that meets ENOSPC / EDQUOT ends the run `disk_full`, naming the path,
+its folder and the free MiB; a server that exits with an almost empty log on a filesystem below
+the minimum is `disk_full`, not `server_exited` (benchkit.engines.server).
 """
 
 from __future__ import annotations
@@ -142,14 +149,16 @@ def _check_listener(server: ManagedServer, port: int) -> None:
                                               f"was chosen (log {server.log_path})")
 
 
-def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter,
-                     launch: environment.Launch) -> list[tuple[str, Callable[[], Any]]]:
+def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter, launch: environment.Launch,
+                     workdir: Path | None = None) -> list[tuple[str, Callable[[], Any]]]:
     """The checks made before `spec`'s server starts, in order, as (name, check) pairs; each
     check raises preflight.PreflightError when it fails. The runner stops at the first failure;
     a dry run (benchkit.sweeps.dryrun) runs them all.
 
-    Names: `dataset` (a categorized dataset's file read and its selection checked, no server
-    needed: benchkit.measure.datasets.check_dataset; returns {category: prompts}), `model`,
+    Names: `disk` (only with `workdir`: its parent, the runs folder, has at least the minimum
+    free space, preflight.check_free_space, else `disk_full`), `dataset` (a categorized
+    dataset's file read and its selection checked, no server needed:
+    benchkit.measure.datasets.check_dataset; returns {category: prompts}), `model`,
     `drafter` (directories complete; no weights needed with `load_format:
     dummy`), `engine_env` (the build's interpreter or launcher and the engine in it; returns
     the provenance, environment.check_engine_env), `cuda_init` (a real CUDA initialisation on
@@ -166,7 +175,10 @@ def preflight_checks(spec: RunSpec, adapter: adapters.EngineAdapter,
             raise preflight.PreflightError(preflight.DATASET_ERROR, str(exc)) from None
         return None if prompts is None else datasets.category_counts(prompts)
 
-    checks: list[tuple[str, Callable[[], Any]]] = [
+    checks: list[tuple[str, Callable[[], Any]]] = []
+    if workdir is not None:
+        checks.append(("disk", lambda: preflight.check_free_space(Path(workdir).parent)))
+    checks += [
         ("dataset", dataset),
         ("model", lambda: preflight.check_model_dir(s.model, role="model", allow_no_weights=dummy))]
     method = METHODS.get(s.method)  # an unknown method fails in build_argv, with its reason
@@ -222,9 +234,14 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     if len({s.server_key() for s in specs}) != 1:
         raise ValueError("execute_runs: the specs differ in their server configuration; they cannot share a server")
     workdir = Path(workdir or Path.cwd() / "runs-workdir")
-    workdir.mkdir(parents=True, exist_ok=True)
     shared = len(specs) > 1
     outs = [RunOutcome(ok=False, server_shared=shared) for _ in specs]
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if not preflight.is_disk_full(exc):
+            raise
+        return _fail_all(outs, preflight.DISK_FULL, _disk_full_text(exc, workdir))
     first, s = specs[0], specs[0].server
     t0 = time.monotonic()
     server: ManagedServer | None = None
@@ -247,7 +264,7 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             provenance = environment.unreadable_provenance(
                 launch.build_env.build, "preflight failed before the engine's environment was read",
                 {"kind": launch.build_env.kind, "python": launch.build_env.python})
-            for name, check in preflight_checks(first, adapter, launch):
+            for name, check in preflight_checks(first, adapter, launch, workdir=workdir):
                 result = check()
                 if name == "engine_env":
                     provenance = result
@@ -263,6 +280,8 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             provenance["version_error"] = exc.message
         return _fail_all(outs, exc.code, exc.message, provenance, launch)
     except (adapters.EngineConfigError, RuntimeError, OSError) as exc:
+        if preflight.is_disk_full(exc):  # the env file, written into the workdir
+            return _fail_all(outs, preflight.DISK_FULL, _disk_full_text(exc, workdir), provenance, launch)
         return _fail_all(outs, "config_error", str(exc), provenance, launch)
     for out in outs:
         out.port = port
@@ -307,6 +326,10 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
             done += 1
     except ServerStartError as exc:
         outs[done].reason, outs[done].message = exc.code, exc.message
+    except OSError as exc:  # a write into the workdir (the telemetry stream's files) met a full disk
+        if not preflight.is_disk_full(exc):
+            raise
+        outs[done].reason, outs[done].message = preflight.DISK_FULL, _disk_full_text(exc, workdir)
     except counters.ScrapeError as exc:
         outs[done].reason, outs[done].message = "metrics_unavailable", str(exc)
         if server is not None and not server.alive():
@@ -324,6 +347,11 @@ def execute_runs(specs: list[RunSpec], hooks: list[RunHooks], workdir: Path | No
     for i in range(done):
         _finish(specs[i], outs[i], readings[i])
     return outs
+
+
+def _disk_full_text(exc: OSError, workdir: Path) -> str:
+    """preflight.disk_full_message for the file `exc` names (the workdir when it names none)."""
+    return preflight.disk_full_message(exc.filename or workdir, exc)
 
 
 def _fail_all(outs: list[RunOutcome], reason: str, message: str, provenance: dict[str, Any] | None = None,
@@ -379,6 +407,10 @@ def _start_telemetry(spec: RunSpec, out: RunOutcome, path: Path | None,
     except (TelemetryError, ValueError, OSError, RuntimeError) as exc:
         if sampler is not None:
             sampler.kill()
+        if preflight.is_disk_full(exc):  # the disk is full: the run ends `disk_full`, not just its stream
+            if isinstance(exc, OSError) and exc.filename is None:
+                exc.filename = str(path)
+            raise
         out.telemetry_note = f"no GPU telemetry: {exc}"
         return None
 
@@ -398,6 +430,11 @@ def _end_telemetry(sampler: TelemetrySampler | None, out: RunOutcome, graceful: 
         out.telemetry = sampler.stop(timeout_s=timeout_s)
     except TelemetryError as exc:
         out.telemetry_note = f"no GPU telemetry: {exc}"
+        stream = getattr(sampler, "out_path", None)
+        free = preflight.free_mib(stream.parent) if stream is not None else None
+        if free is not None and free < preflight.NEARLY_FULL_MIB:  # the child could not write its stream
+            out.telemetry_note += (f" (disk full: folder {stream.parent} has {free:.1f} MiB free, "
+                                   f"the stream {stream} could not be written)")
     except BaseException:
         sampler.kill()
         raise
@@ -458,7 +495,10 @@ def _stop(server: ManagedServer | None, spec: RunSpec) -> tuple[dict[str, Any], 
     """Stop the server's process group and check the GPUs; (teardown dict, log tail)."""
     if server is None:
         return {}, ""
-    teardown = dataclasses.asdict(server.stop(spec.limits.stop_timeout_s))
+    report = server.stop(spec.limits.stop_timeout_s)
+    if report is None:  # never started (its log could not be created)
+        return {}, ""
+    teardown = dataclasses.asdict(report)
     uuids = [g.uuid for g in spec.gpus]
     if uuids:
         try:

@@ -11,7 +11,13 @@ message)` when it is not. Codes (docs/ARCHITECTURE.md):
 - `port_in_use`: the server's port is taken;
 - `engine_env_error`: the engine build's own environment is not usable (its interpreter or
   launcher is missing, its container image is not present locally, or the engine's package is
-  not found there; benchkit.engines.environment.check_engine_env), distinct from a host fault.
+  not found there; benchkit.engines.environment.check_engine_env), distinct from a host fault;
+- `dataset_error`: a categorized dataset's file cannot be read or its selection is empty;
+- `disk_full`: the runs folder (a run's workdir's parent) has less free space than the minimum
+  (`check_free_space`: DEFAULT_MIN_FREE_MIB, 512 MiB, or DRAFTBOARD_MIN_FREE_MIB). The runner and
+  the server launcher use the same code when a write into the workdir meets ENOSPC / EDQUOT
+  (`is_disk_full`, `disk_full_message`), and when the server exits with an (almost) empty log
+  while its filesystem is below the minimum (`disk_full_exit_message`).
 
 On a GPU-less host the GPU checks have nothing to check: they return a result with
 `skipped=True` and say so in `detail`.
@@ -23,6 +29,7 @@ import errno
 import glob
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -42,7 +49,20 @@ GPU_BUSY = "gpu_busy"
 PORT_IN_USE = "port_in_use"
 ENGINE_ENV_ERROR = "engine_env_error"
 DATASET_ERROR = "dataset_error"
-CODES = (MODEL_MISSING, MODEL_INCOMPLETE, HOST_ENV_ERROR, GPU_BUSY, PORT_IN_USE, ENGINE_ENV_ERROR, DATASET_ERROR)
+DISK_FULL = "disk_full"
+CODES = (MODEL_MISSING, MODEL_INCOMPLETE, HOST_ENV_ERROR, GPU_BUSY, PORT_IN_USE, ENGINE_ENV_ERROR, DATASET_ERROR,
+         DISK_FULL)
+
+#: The least free space (MiB) the runs folder must have before a server starts; the environment
+#: variable MIN_FREE_ENV (also read by benchsite/settings.py) overrides it, 0 turns the check off.
+DEFAULT_MIN_FREE_MIB = 512
+MIN_FREE_ENV = "DRAFTBOARD_MIN_FREE_MIB"
+#: A filesystem with less than this free (MiB) counts as full whatever the minimum.
+NEARLY_FULL_MIB = 1.0
+#: A server log at most this long (bytes) is "almost empty": the server could not write its log.
+SHORT_LOG_BYTES = 1024
+#: OSError errnos that mean the disk (or the user's quota) is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 #: Files any one of which makes a tokenizer (Hugging Face layouts).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "tiktoken.model")
@@ -446,3 +466,97 @@ def check_port_free(port: int, span: int = 1, hosts: Iterable[str] = ("127.0.0.1
         detail=f"ports {port}..{port + span - 1} free on {', '.join(hosts)}",
         data={"ports": list(range(port, port + span))},
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Free space
+
+
+def min_free_mib() -> int:
+    """The runs folder's minimum free space in MiB: MIN_FREE_ENV when set (an integer >= 0; 0
+    turns the check off), else DEFAULT_MIN_FREE_MIB. Raises ValueError for any other value."""
+    raw = os.environ.get(MIN_FREE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MIN_FREE_MIB
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{MIN_FREE_ENV}={raw!r}: expected a whole number of MiB, 0 or more")
+    return value
+
+
+def free_mib(path: str | os.PathLike) -> float | None:
+    """Free space (MiB, for an unprivileged user: shutil.disk_usage's `free`) of the filesystem
+    holding `path`, or of its nearest existing parent; None when it cannot be read."""
+    p = Path(path)
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free / MIB
+    except OSError:
+        return None
+
+
+def _free_text(folder: Path) -> str:
+    free = free_mib(folder)
+    return f"{free:.1f} MiB free" if free is not None else "free space unreadable"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for an OSError whose errno says the disk or the quota is full (ENOSPC, EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full_message(path: str | os.PathLike, exc: BaseException | None = None) -> str:
+    """`disk full writing PATH: folder FOLDER has N.N MiB free (strerror)`."""
+    p = Path(path)
+    why = f" ({exc.strerror or exc})" if isinstance(exc, OSError) else ""
+    return f"disk full writing {p}: folder {p.parent} has {_free_text(p.parent)}{why}"
+
+
+def disk_full_exit_message(log_path: str | os.PathLike, returncode: int | None,
+                           minimum_mib: float | None = None) -> str | None:
+    """When a server that exited left an (almost) empty log (at most SHORT_LOG_BYTES) on a
+    filesystem with less free space than `minimum_mib` (default `min_free_mib()`; never less
+    than NEARLY_FULL_MIB), the message that names the full disk; else None (the exit is the
+    server's own: `server_exited`)."""
+    log = Path(log_path)
+    try:
+        size = log.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    except OSError:
+        return None
+    if size > SHORT_LOG_BYTES:
+        return None
+    free = free_mib(log.parent)
+    if minimum_mib is None:
+        try:
+            minimum_mib = min_free_mib()
+        except ValueError:
+            minimum_mib = DEFAULT_MIN_FREE_MIB
+    if free is None or free >= max(minimum_mib, NEARLY_FULL_MIB):
+        return None
+    return (f"disk full: the server process exited with code {returncode} before it was ready and its log "
+            f"{log} holds {size} bytes; folder {log.parent} has {free:.1f} MiB free (minimum {minimum_mib} MiB, "
+            f"{MIN_FREE_ENV}): the server could not write its log or its files")
+
+
+def check_free_space(folder: str | os.PathLike, minimum_mib: float | None = None) -> CheckResult:
+    """Check that the filesystem of `folder` (the runs folder: a run's workdir's parent, or its
+    nearest existing parent) has at least `minimum_mib` MiB free (default: `min_free_mib()`,
+    512 MiB unless DRAFTBOARD_MIN_FREE_MIB says otherwise). Raises `disk_full` naming the
+    folder, its free MiB and the minimum; `host_env_error` when the free space cannot be read.
+    `data`: {"folder", "free_mib" (one decimal), "min_free_mib"}."""
+    minimum = min_free_mib() if minimum_mib is None else minimum_mib
+    d = Path(folder)
+    free = free_mib(d)
+    if free is None:
+        raise PreflightError(HOST_ENV_ERROR, f"cannot read the free space of the runs folder {d}")
+    if free < minimum:
+        raise PreflightError(DISK_FULL, f"the runs folder {d} has {free:.1f} MiB free, below the minimum "
+                                        f"{minimum} MiB ({MIN_FREE_ENV})")
+    return CheckResult("free_space", detail=f"runs folder {d}: {free:.1f} MiB free (minimum {minimum} MiB)",
+                       data={"folder": str(d), "free_mib": round(free, 1), "min_free_mib": minimum})
