@@ -241,8 +241,9 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         topo = TopoMatrix.from_dict(snap.data["topology"])
         fig = figures.topology_figure(list(topo.gpus), topo.links)
     history = selectors.recent_snapshots(host)
+    scheduler = selectors.scheduler_status()
     return render(request, "analysis/host_detail.html", {"host": host, "snapshot": snap, "topology": fig,
-                                                         "history": history})
+                                                         "history": history, "scheduler": scheduler})
 
 
 # --- history pages: home, compare two sweeps, trend of a nightly series ---------------------------
@@ -275,7 +276,9 @@ def _home_context() -> dict:
 def home(request: HttpRequest) -> HttpResponse:
     """The latest sweep of each series with its headline, run counts and open regression flags."""
     ctx = _home_context()
-    return render(request, "analysis/home.html", {**ctx, "hosts": Host.objects.order_by("name")})
+    scheduler = selectors.scheduler_status()
+    return render(request, "analysis/home.html", {**ctx, "hosts": Host.objects.order_by("name"),
+                                                  "scheduler": scheduler})
 
 
 def home_data(request: HttpRequest) -> JsonResponse:

@@ -162,6 +162,6 @@ def service_argvs(host_name: str, web_addr: str, var_dir: Path) -> dict[str, lis
         "worker": [py, "-m", "celery", "-A", "benchsite", "worker", "-Q", f"host.{host_name}", "-c", "1",
                    "-n", f"draftboard-{host_name}@%h", "--loglevel", "INFO"],
         "beat": [py, "-m", "celery", "-A", "benchsite", "beat", "--loglevel", "INFO",
-                 "-S", "django_celery_beat.schedulers:DatabaseScheduler",
+                 "-S", "runs.scheduler:ResilientScheduler",
                  "--pidfile", str(var_dir / "pids" / "celerybeat-own.pid")],
     }

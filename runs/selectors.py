@@ -41,6 +41,7 @@ from runs.models import (
     Run,
     RunMetrics,
     RunState,
+    SchedulerHeartbeat,
     Sweep,
     SweepSummaryColumn,
 )
@@ -639,6 +640,21 @@ def hosts_with_workers(now: datetime | None = None) -> QuerySet[Host]:
     cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
     alive = Case(When(worker_seen_at__gte=cutoff, then=Value(True)), default=Value(False), output_field=BooleanField())
     return Host.objects.annotate(worker_alive=alive).order_by("name")
+
+
+def scheduler_status(now: datetime | None = None) -> dict[str, Any]:
+    """Celery beat's last sign of life: the newest runs.models.SchedulerHeartbeat (written by
+    runs.scheduler.ResilientScheduler every few seconds while it reaches the database). Returns
+    {"alive": its beat_at is at most DRAFTBOARD_HEARTBEAT_TIMEOUT_S seconds before `now`,
+    "seen_at": that beat_at (aware datetime), "name": "node:pid", "outages": database outages it
+    rode out, "last_outage": their last one's description}; with no row ever written, alive
+    False and seen_at / name None. One query."""
+    hb = SchedulerHeartbeat.objects.order_by("-beat_at", "-pk").first()
+    if hb is None:
+        return {"alive": False, "seen_at": None, "name": None, "outages": 0, "last_outage": ""}
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.DRAFTBOARD_HEARTBEAT_TIMEOUT_S)
+    return {"alive": hb.beat_at >= cutoff, "seen_at": hb.beat_at, "name": hb.name, "outages": hb.outages,
+            "last_outage": hb.last_outage}
 
 
 def open_change_points(limit: int = 50) -> list[ChangePoint]:

@@ -177,9 +177,9 @@ def start_worker(env: dict, host_name: str, log: Path) -> CeleryProc:
 
 
 def start_beat(env: dict, log: Path) -> CeleryProc:
-    """A `celery beat` with django-celery-beat's DatabaseScheduler (no pid file, so two can run)."""
+    """A `celery beat` with runs.scheduler.ResilientScheduler (no pid file, so two can run)."""
     return CeleryProc([sys.executable, "-m", "celery", "-A", "benchsite", "beat", "--loglevel", "INFO",
-                       "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--pidfile=",
+                       "-S", "runs.scheduler:ResilientScheduler", "--pidfile=",
                        "--max-interval", "1"], env, log)
 
 
