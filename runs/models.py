@@ -580,7 +580,8 @@ class GpuLease(models.Model):
 class SchedulerHeartbeat(models.Model):
     """The last sign of life of a Celery beat (one row per beat process name, `name`): beat's
     scheduler (runs.scheduler.ResilientScheduler) writes `beat_at` while it can reach the
-    database; `outage_since` is set while its schedule reads fail (cleared when they work again).
+    database, with the number of outages it rode out (`outages`) and the last one's first error and
+    length (`last_outage`; the outage in progress is kept in the scheduler's memory).
     The home page and the host page show "scheduler: alive / silent since T" from it
     (runs.selectors.scheduler_status)."""
 
