@@ -234,3 +234,72 @@ def twin_sweep_doc(model: Path, twin: dict, name: str = "twin-night", output_len
         "limits": {"ready_timeout_s": 30, "request_timeout_s": 30, "run_timeout_s": 120, "stop_timeout_s": 5},
         "twin": twin,
     }
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of its own (initdb in a temp dir, trust auth, TCP on 127.0.0.1 at a
+    free port, its unix socket in the same dir), never the machine's shared one: for faults
+    (restart, stop) that must not touch anybody else's data. As root (initdb refuses root) the
+    cluster belongs to the `postgres` user and its commands run through `runuser -u postgres --`."""
+
+    def __init__(self, port: int | None = None) -> None:
+        import glob
+        import pwd
+
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not bins:
+            raise RuntimeError("no /usr/lib/postgresql/*/bin/initdb: PostgreSQL server binaries not installed")
+        self.bin = Path(bins[-1]).parent
+        self.dir = Path(tempfile.mkdtemp(prefix="dbpg-"))
+        self.data = self.dir / "data"
+        self.log_path = self.dir / "postgres.log"
+        self.port = port or free_port()
+        self._as = []
+        if os.geteuid() == 0:
+            os.chown(self.dir, pwd.getpwnam("postgres").pw_uid, pwd.getpwnam("postgres").pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    def url(self, db: str = "draftboard") -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{db}"
+
+    def _pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run([*self._as, str(self.bin / "pg_ctl"), "-D", str(self.data), *args],
+                             capture_output=True, text=True, timeout=120)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"pg_ctl {' '.join(args)}: {out.stdout}{out.stderr}")
+        return out
+
+    def _opts(self) -> list[str]:
+        return ["-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "-l", str(self.log_path)]
+
+    def init(self) -> PrivatePostgres:
+        out = subprocess.run([*self._as, str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
+                              "--auth=trust"], capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"initdb: {out.stdout}{out.stderr}")
+        return self
+
+    def start(self) -> PrivatePostgres:
+        self._pg_ctl(*self._opts(), "-w", "start")
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg_ctl("-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        self._pg_ctl(*self._opts(), "-m", mode, "-w", "restart")
+
+    def running(self) -> bool:
+        return self._pg_ctl("status", check=False).returncode == 0
+
+    def createdb(self, name: str = "draftboard") -> None:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+    def destroy(self) -> None:
+        """Stop it (immediate) if it runs and delete its folder."""
+        if self.data.exists() and self.running():
+            self._pg_ctl("-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
