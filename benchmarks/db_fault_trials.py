@@ -24,7 +24,9 @@ The faults:
   a silent beat (runs.worker) is reported. The script starts a new beat before the next trial.
 
 Per trial, measured: recovery s = from the database being back (beat-killed: from the kill)
-until the sweep has no queued or active run (at most 240 s); lost = runs not final at the end;
+until the sweep has no queued or active run (at most 240 s; it includes the rest of the sweep's
+normal work: run 1's remaining requests and run 2; each trial line also says when run 1 itself
+ended relative to that moment); lost = runs not final at the end;
 twice = runs claimed more than once (queued -> preflight transitions); checks once = the sweep's
 checks_queued_at is set and the worker log shows runs.check_lossless received exactly once for
 the trial; leases left = GpuLease rows of the sweep's runs after it ended; the runs' states and
@@ -248,14 +250,14 @@ class Bench:
         if kind == "measuring-restart":
             landed = self.state(a.pk)
             self.pg.restart()
-            t_back = time.monotonic()
+            t_back, t_back_wall = time.monotonic(), timezone.now()
             note = f"fault landed in run 1 {landed}"
         elif kind == "stopped-60s":
             landed = self.state(a.pk)
             self.pg.stop()
             time.sleep(60)
             self.pg.start()
-            t_back = time.monotonic()
+            t_back, t_back_wall = time.monotonic(), timezone.now()
             note = f"stopped during run 1 {landed}"
         elif kind in ("store-restart", "after-window-restart"):
             landed = self.wait(lambda: (s := self.state(a.pk)) not in (None, RunState.MEASURING) and s, 120,
@@ -280,12 +282,12 @@ class Bench:
             else:
                 self.pg.restart()
                 note = f"restart when run 1 was {landed}"
-            t_back = time.monotonic()
+            t_back, t_back_wall = time.monotonic(), timezone.now()
         elif kind == "beat-killed":
             landed = self.state(a.pk)
             os.kill(self.beat.pid, signal.SIGKILL)
             self.beat.proc.wait(timeout=10)
-            t_back = time.monotonic()
+            t_back, t_back_wall = time.monotonic(), timezone.now()
             note = f"beat SIGKILLed during run 1 {landed}"
         else:
             raise ValueError(kind)
@@ -330,6 +332,8 @@ class Bench:
                      f"; worker stood in for the silent beat: {'yes' if stood_in else 'no'}")
             if not alive:
                 self.new_beat()
+        if runs[0].finished_at:
+            note += f"; run 1 final {(runs[0].finished_at - t_back_wall).total_seconds():.1f} s after the database was back (beat-killed: the kill)"
         for r in runs:
             if r.failure_reason:
                 note += f"; run {r.pk}: {r.failure_message[:160]}"
