@@ -47,7 +47,6 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +88,7 @@ def main() -> None:
     from tests import celeryproc as cp  # imports nothing of Django's models: safe before setup
 
     pg = cp.PrivatePostgres(port=port)
-    redis = worker = beat = None
+    redis = None
     procs: list = []
     rows = []
     try:
@@ -145,9 +144,12 @@ def main() -> None:
           f"{'checks-once':>11} {'leases left':>11}")
     for kind, results in rows:
         times = [r["recovery_s"] for r in results if r["recovery_s"] is not None]
-        total = lambda key: sum(r[key] for r in results if r[key] is not None)  # noqa: E731
+        def total(key, results=results):
+            return sum(r[key] for r in results if r[key] is not None)
+        median = statistics.median(times) if times else float("nan")
+        worst = max(times) if times else float("nan")
         print(f"{kind:<22} {len(results):>6} {sum(r['recovered'] for r in results):>9} "
-              f"{statistics.median(times) if times else float('nan'):>8.1f} {max(times) if times else float('nan'):>6.1f} "
+              f"{median:>8.1f} {worst:>6.1f} "
               f"{total('lost'):>4} {total('twice'):>5} {sum(bool(r['checks_once']) for r in results):>11} "
               f"{total('leases_left'):>11}")
     sys.exit(0)
@@ -333,7 +335,8 @@ class Bench:
             if not alive:
                 self.new_beat()
         if runs[0].finished_at:
-            note += f"; run 1 final {(runs[0].finished_at - t_back_wall).total_seconds():.1f} s after the database was back (beat-killed: the kill)"
+            after = (runs[0].finished_at - t_back_wall).total_seconds()
+            note += f"; run 1 final {after:.1f} s after the database was back (beat-killed: the kill)"
         for r in runs:
             if r.failure_reason:
                 note += f"; run {r.pk}: {r.failure_message[:160]}"
