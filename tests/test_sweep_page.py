@@ -191,7 +191,7 @@ def test_query_counts_do_not_grow_with_runs(client, admin_client, django_assert_
     host = big.host
     for _ in range(10):
         record_inventory(host, pcie8_inventory())
-    with django_assert_num_queries(4):  # host, latest snapshot + its GPUs, history: not one per snapshot
+    with django_assert_num_queries(5):  # host, latest snapshot + its GPUs, history (not per snapshot), scheduler
         assert client.get(reverse("analysis:host_detail", args=[host.name])).status_code == 200
 
 
